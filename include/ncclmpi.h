@@ -1,0 +1,49 @@
+/* ncclmpi public extensions.
+ *
+ * libncclmpi.so interposes the MPI API: device-buffer calls go to NCCL, host-buffer calls to
+ * the real MPI. These functions let a program (or a test) ask what the library did. Programs
+ * that do not link -lncclmpi can look them up with dlsym(RTLD_DEFAULT, "ncclmpi_get_stats").
+ */
+#ifndef NCCLMPI_H
+#define NCCLMPI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NCCLMPI_VERSION_MAJOR 0
+#define NCCLMPI_VERSION_MINOR 1
+#define NCCLMPI_VERSION_PATCH 0
+
+typedef enum {
+    NCCLMPI_ROUTE_HOST = 0,   /* the real MPI on the caller's buffers */
+    NCCLMPI_ROUTE_NCCL = 1,   /* NCCL on device buffers */
+    NCCLMPI_ROUTE_STAGED = 2, /* device buffers copied to host, the real MPI, copied back */
+    NCCLMPI_ROUTE_ERROR = 3,  /* rejected with an MPI error */
+    NCCLMPI_ROUTE_COUNT = 4
+} ncclmpi_route_t;
+
+typedef struct ncclmpi_stats {
+    unsigned long long calls;         /* entries into the C entry point MPI_<name> */
+    unsigned long long fortran_calls; /* entries into the Fortran entry points of <name> */
+    unsigned long long route[NCCLMPI_ROUTE_COUNT];
+} ncclmpi_stats_t;
+
+/* Version string, e.g. "0.1.0 (NCCL 2.28.9 headers)". */
+const char *ncclmpi_version(void);
+
+/* Counters for one intercepted function, named without prefix ("Allreduce"). Returns 0, or -1
+ * when the name is not intercepted. Counts are per process and approximate under concurrent
+ * calls from several threads (they are not atomic read-modify-writes). */
+int ncclmpi_get_stats(const char *mpi_function, ncclmpi_stats_t *stats);
+
+/* Print the per-function route table to stderr (what NCCLMPI_STATS=1 prints at finalize). */
+void ncclmpi_print_stats(void);
+
+/* 1 when NCCL has been loaded into this process, 0 otherwise. */
+int ncclmpi_nccl_loaded(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,151 @@
+# Dependency checks for ncclmpi. Each missing dependency stops configure with a message that
+# names what is missing and the option that fixes it.
+
+# NM_WITH_MPI: choose the MPI compiler wrappers before AC_PROG_CC so the whole build uses them.
+AC_DEFUN([NM_WITH_MPI], [
+  AC_ARG_WITH([mpi],
+    [AS_HELP_STRING([--with-mpi=DIR], [MPI installation prefix (default: mpicc/mpicxx on PATH)])],
+    [], [with_mpi=yes])
+  AS_IF([test "x$with_mpi" = xno], [AC_MSG_ERROR([ncclmpi wraps MPI; --without-mpi is not possible])])
+  nm_mpi_path="$PATH"
+  AS_IF([test "x$with_mpi" != xyes], [nm_mpi_path="$with_mpi/bin"])
+  AS_IF([test -z "$CC"], [
+    AC_PATH_PROGS([NM_MPICC], [mpicc], [], [$nm_mpi_path])
+    CC="$NM_MPICC"
+  ])
+  AS_IF([test -z "$CXX"], [
+    AC_PATH_PROGS([NM_MPICXX], [mpicxx mpic++ mpiCC], [], [$nm_mpi_path])
+    CXX="$NM_MPICXX"
+  ])
+  AS_IF([test -z "$CC" || test -z "$CXX"],
+    [AC_MSG_ERROR([MPI compiler wrappers (mpicc, mpicxx) not found in $nm_mpi_path. Install an MPI
+    (Debian: apt-get install libopenmpi-dev openmpi-bin) or point to one with --with-mpi=DIR.])])
+  AC_PATH_PROGS([MPIEXEC], [mpiexec mpirun], [], [$nm_mpi_path])
+  AS_IF([test -z "$MPIEXEC"], [AC_MSG_ERROR([mpiexec/mpirun not found in $nm_mpi_path; use --with-mpi=DIR])])
+])
+
+AC_DEFUN([NM_CHECK_MPI], [
+  AC_MSG_CHECKING([that $CC compiles and links an MPI program])
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]],
+                                  [[int f; PMPI_Initialized(&f); return MPI_VERSION < 3;]])],
+    [AC_MSG_RESULT([yes])],
+    [AC_MSG_RESULT([no])
+     AC_MSG_ERROR([$CC cannot build an MPI-3 program with PMPI. Install an MPI (Debian: libopenmpi-dev)
+     or point to one with --with-mpi=DIR.])])
+  nm_mpi_ver=""
+  AC_COMPUTE_INT([nm_ompi_major], [OMPI_MAJOR_VERSION], [[#include <mpi.h>]], [nm_ompi_major=""])
+  AS_IF([test -n "$nm_ompi_major"], [
+     AC_COMPUTE_INT([nm_ompi_minor], [OMPI_MINOR_VERSION], [[#include <mpi.h>]])
+     AC_COMPUTE_INT([nm_ompi_rel], [OMPI_RELEASE_VERSION], [[#include <mpi.h>]])
+     nm_mpi_ver="Open MPI $nm_ompi_major.$nm_ompi_minor.$nm_ompi_rel"],
+    [nm_mpi_ver="non-Open MPI (untested)"])
+  AC_COMPUTE_INT([nm_fint_ok], [sizeof(MPI_Fint) == sizeof(int)], [[#include <mpi.h>]], [nm_fint_ok=0])
+  AS_IF([test "$nm_fint_ok" != 1],
+    [AC_MSG_ERROR([MPI_Fint is not a C int in this MPI; the Fortran entry points assume it is])])
+  NM_MPI_DESC="$nm_mpi_ver"
+  AC_SUBST([MPIEXEC])
+])
+
+AC_DEFUN([NM_CHECK_MPIFORT], [
+  AC_ARG_WITH([fortran],
+    [AS_HELP_STRING([--without-fortran], [do not build the Fortran tests])], [], [with_fortran=check])
+  NM_MPIFORT=""
+  AS_IF([test "x$with_fortran" != xno], [AC_PATH_PROGS([NM_MPIFORT], [mpifort mpif90], [], [$nm_mpi_path])])
+  nm_have_fort=no
+  AS_IF([test -n "$NM_MPIFORT"], [
+    AC_MSG_CHECKING([that $NM_MPIFORT builds mpif.h, use mpi and use mpi_f08 programs])
+    cat > conftest_f.f90 <<'FEOF'
+program t
+use mpi_f08
+call MPI_Init()
+call MPI_Finalize()
+end program
+FEOF
+    AS_IF([$NM_MPIFORT conftest_f.f90 -o conftest_f >&AS_MESSAGE_LOG_FD 2>&1],
+          [nm_have_fort=yes], [nm_have_fort=no])
+    rm -f conftest_f conftest_f.f90 *.mod
+    AC_MSG_RESULT([$nm_have_fort])])
+  AS_IF([test "x$with_fortran" = xyes && test "x$nm_have_fort" = xno],
+    [AC_MSG_ERROR([--with-fortran given but no working mpifort/mpif90 with mpi_f08 (Debian: apt-get install gfortran)])])
+  AM_CONDITIONAL([NM_HAVE_FORTRAN], [test "x$nm_have_fort" = xyes])
+  AS_IF([test "x$nm_have_fort" = xyes], [NM_FORT_DESC="$NM_MPIFORT"], [NM_FORT_DESC="no (fortran tests are skipped)"])
+  AC_SUBST([NM_MPIFORT])
+])
+
+AC_DEFUN([NM_CHECK_CUDA], [
+  AC_ARG_WITH([cuda],
+    [AS_HELP_STRING([--with-cuda=DIR], [CUDA toolkit (default /usr/local/cuda); only cuda.h is needed at build time])],
+    [], [with_cuda=/usr/local/cuda])
+  AS_IF([test "x$with_cuda" = xno], [AC_MSG_ERROR([ncclmpi needs the CUDA headers; --without-cuda is not possible])])
+  NM_CUDA_DIR="$with_cuda"
+  nm_save_CPPFLAGS="$CPPFLAGS"
+  CPPFLAGS="$CPPFLAGS -I$NM_CUDA_DIR/include"
+  AC_CHECK_HEADER([cuda.h], [],
+    [AC_MSG_ERROR([cuda.h not found in $NM_CUDA_DIR/include. Install the CUDA toolkit headers or use --with-cuda=DIR])])
+  AC_COMPUTE_INT([NM_CUDA_VERSION], [CUDA_VERSION], [[#include <cuda.h>]], [NM_CUDA_VERSION=unknown])
+  AS_IF([test "$NM_CUDA_VERSION" -lt 11000 2>/dev/null], [AC_MSG_ERROR([CUDA >= 11.0 headers needed, found $NM_CUDA_VERSION])])
+  CPPFLAGS="$nm_save_CPPFLAGS"
+  NM_CUDA_CPPFLAGS="-I$NM_CUDA_DIR/include"
+  AC_PATH_PROG([NVCC], [nvcc], [], [$NM_CUDA_DIR/bin:$PATH])
+  AM_CONDITIONAL([NM_HAVE_NVCC], [test -n "$NVCC"])
+  AC_SUBST([NM_CUDA_CPPFLAGS])
+  AC_SUBST([NM_CUDA_DIR])
+])
+
+AC_DEFUN([NM_CHECK_NCCL], [
+  AC_ARG_WITH([nccl],
+    [AS_HELP_STRING([--with-nccl=DIR], [NCCL installation (default: search the CUDA dir and system paths)])],
+    [], [with_nccl=check])
+  AS_IF([test "x$with_nccl" = xno], [AC_MSG_ERROR([ncclmpi needs NCCL; --without-nccl is not possible])])
+  nm_nccl_dirs="$with_nccl"
+  AS_IF([test "x$with_nccl" = xcheck], [nm_nccl_dirs="$NM_CUDA_DIR /usr /usr/local"])
+  NM_NCCL_INCDIR=""
+  NM_NCCL_LIB=""
+  for d in $nm_nccl_dirs; do
+    AS_IF([test -z "$NM_NCCL_INCDIR" && test -f "$d/include/nccl.h"], [NM_NCCL_INCDIR="$d/include"])
+    for l in "$d/lib64" "$d/lib" "$d/lib/x86_64-linux-gnu" "$d/lib/aarch64-linux-gnu"; do
+      AS_IF([test -z "$NM_NCCL_LIB" && test -e "$l/libnccl.so.2"], [NM_NCCL_LIB="$l/libnccl.so.2"])
+    done
+  done
+  AS_IF([test -z "$NM_NCCL_INCDIR"],
+    [AC_MSG_ERROR([nccl.h not found in: $nm_nccl_dirs. Install NCCL (libnccl-dev) or use --with-nccl=DIR])])
+  AS_IF([test -z "$NM_NCCL_LIB"],
+    [AC_MSG_WARN([libnccl.so.2 not found in $nm_nccl_dirs; at run time the default search path is used])
+     NM_NCCL_LIB="libnccl.so.2"])
+  nm_save_CPPFLAGS="$CPPFLAGS"
+  CPPFLAGS="$CPPFLAGS -I$NM_NCCL_INCDIR $NM_CUDA_CPPFLAGS"
+  AC_COMPUTE_INT([nm_nccl_code], [NCCL_VERSION_CODE], [[#include <nccl.h>]], [nm_nccl_code=0])
+  AC_COMPUTE_INT([nm_nccl_major], [NCCL_MAJOR], [[#include <nccl.h>]], [nm_nccl_major=0])
+  AC_COMPUTE_INT([nm_nccl_minor], [NCCL_MINOR], [[#include <nccl.h>]], [nm_nccl_minor=0])
+  AC_COMPUTE_INT([nm_nccl_patch], [NCCL_PATCH], [[#include <nccl.h>]], [nm_nccl_patch=0])
+  CPPFLAGS="$nm_save_CPPFLAGS"
+  AS_IF([test "$nm_nccl_code" -lt 21800], [AC_MSG_ERROR([NCCL >= 2.18 needed (ncclCommSplit); found code $nm_nccl_code in $NM_NCCL_INCDIR])])
+  NM_NCCL_VERSION="$nm_nccl_major.$nm_nccl_minor.$nm_nccl_patch"
+  NM_NCCL_CPPFLAGS="-I$NM_NCCL_INCDIR"
+  AC_DEFINE_UNQUOTED([NM_NCCL_DEFAULT_LIB], ["$NM_NCCL_LIB"], [libnccl path dlopen'ed by default])
+  AC_DEFINE_UNQUOTED([NM_NCCL_BUILD_VERSION], ["$NM_NCCL_VERSION"], [NCCL headers version at build time])
+  AC_SUBST([NM_NCCL_CPPFLAGS])
+])
+
+AC_DEFUN([NM_CHECK_HWLOC], [
+  AC_ARG_WITH([hwloc],
+    [AS_HELP_STRING([--with-hwloc=DIR], [hwloc installation (default: system)])], [], [with_hwloc=check])
+  AS_IF([test "x$with_hwloc" = xno], [AC_MSG_ERROR([ncclmpi needs hwloc for NUMA placement; --without-hwloc is not possible])])
+  NM_HWLOC_CPPFLAGS=""
+  NM_HWLOC_LDFLAGS=""
+  AS_IF([test "x$with_hwloc" != xcheck && test "x$with_hwloc" != xyes],
+    [NM_HWLOC_CPPFLAGS="-I$with_hwloc/include"; NM_HWLOC_LDFLAGS="-L$with_hwloc/lib -Wl,-rpath,$with_hwloc/lib"])
+  nm_save_CPPFLAGS="$CPPFLAGS"; nm_save_LDFLAGS="$LDFLAGS"; nm_save_LIBS="$LIBS"
+  CPPFLAGS="$CPPFLAGS $NM_HWLOC_CPPFLAGS"; LDFLAGS="$LDFLAGS $NM_HWLOC_LDFLAGS"
+  AC_CHECK_HEADER([hwloc.h], [],
+    [AC_MSG_ERROR([hwloc.h not found. Install hwloc (Debian: apt-get install libhwloc-dev) or use --with-hwloc=DIR])])
+  AC_CHECK_LIB([hwloc], [hwloc_topology_init], [],
+    [AC_MSG_ERROR([libhwloc not found. Install hwloc (Debian: apt-get install libhwloc-dev) or use --with-hwloc=DIR])])
+  AC_COMPUTE_INT([nm_hwloc_api], [HWLOC_API_VERSION], [[#include <hwloc.h>]], [nm_hwloc_api=0])
+  NM_HWLOC_DESC="API 0x`printf %x $nm_hwloc_api` ${with_hwloc}"
+  CPPFLAGS="$nm_save_CPPFLAGS"; LDFLAGS="$nm_save_LDFLAGS"; LIBS="$nm_save_LIBS"
+  NM_HWLOC_LIBS="-lhwloc"
+  AC_SUBST([NM_HWLOC_CPPFLAGS])
+  AC_SUBST([NM_HWLOC_LDFLAGS])
+  AC_SUBST([NM_HWLOC_LIBS])
+])

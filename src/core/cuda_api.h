@@ -1,0 +1,49 @@
+// ncclmpi: the CUDA driver API, resolved at run time from libcuda.so.1. Nothing links against
+// CUDA, so the library loads on machines without a GPU or driver.
+#ifndef NM_CORE_CUDA_API_H
+#define NM_CORE_CUDA_API_H
+#include <cuda.h>
+#include "util/status.h"
+
+// Names go through cuda.h's macros (cuMemAlloc -> cuMemAlloc_v2), so dlsym finds the entry
+// point whose ABI matches the header.
+#define NM_CU_FUNCTIONS(X)                                                                    \
+    X(cuInit) X(cuGetErrorString) X(cuGetErrorName) X(cuPointerGetAttributes)                  \
+    X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain)        \
+    X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetUuid) X(cuDeviceGetPCIBusId)               \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent)           \
+    X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
+    X(cuEventSynchronize) X(cuMemcpyAsync) X(cuMemcpy) X(cuMemHostRegister)                   \
+    X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)       \
+    X(cuMemsetD8Async)
+
+namespace ncclmpi {
+
+struct CudaApi {
+    void *handle = nullptr;
+#define NM_CU_MEMBER(f) decltype(&::f) f = nullptr;
+    NM_CU_FUNCTIONS(NM_CU_MEMBER)
+#undef NM_CU_MEMBER
+};
+
+extern CudaApi cu;
+
+// Resolve the driver API from the copy of libcuda already in the process (never loads it
+// itself). Returns true when every entry point was found.
+bool cuda_attach();
+bool cuda_attached();
+const char *cuda_errstr(CUresult r);
+
+}  // namespace ncclmpi
+
+// Check a driver call; on failure log call, file:line and the decoded error, then `action`.
+#define NM_CU_CHECK(call, action)                                                             \
+    do {                                                                                      \
+        CUresult nm_cu_rc_ = (call);                                                          \
+        if (nm_cu_rc_ != CUDA_SUCCESS) {                                                      \
+            NM_ERROR(INIT, "%s failed: %s", #call, ::ncclmpi::cuda_errstr(nm_cu_rc_));        \
+            action;                                                                           \
+        }                                                                                     \
+    } while (0)
+
+#endif

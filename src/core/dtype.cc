@@ -1,0 +1,151 @@
+// ncclmpi: datatype facts (size, bounds, contiguity), decoded with the MPI envelope API.
+#include "core/dtype.h"
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "route/route.h"
+
+namespace ncclmpi {
+
+static std::mutex mu;
+static std::unordered_map<MPI_Datatype, DtypeInfo> predefined_cache;
+static int keyval = MPI_KEYVAL_INVALID;
+
+static int free_info(MPI_Datatype, int, void *val, void *)
+{
+    delete static_cast<DtypeInfo *>(val);
+    return MPI_SUCCESS;
+}
+
+// One element of `dt` is an in-order contiguous byte run (gaps allowed only at the ends via
+// resizing, which the caller checks through extent == size).
+static bool dense(MPI_Datatype dt, int depth = 0)
+{
+    int ni, na, nd, comb;
+    if (depth > 32 || PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return false;
+    if (comb == MPI_COMBINER_NAMED) return true;
+    std::vector<int> ints(ni + 1);
+    std::vector<MPI_Aint> aints(na + 1);
+    std::vector<MPI_Datatype> types(nd + 1);
+    if (PMPI_Type_get_contents(dt, ni, na, nd, ints.data(), aints.data(), types.data()) != MPI_SUCCESS) return false;
+    bool ok = false;
+    auto child_ok = [&](MPI_Datatype t, MPI_Aint *ext, int *sz) {
+        MPI_Aint lb;
+        PMPI_Type_get_extent(t, &lb, ext);
+        PMPI_Type_size(t, sz);
+        return dense(t, depth + 1) && *ext == *sz && lb == 0;
+    };
+    MPI_Aint ext = 0;
+    int sz = 0;
+    switch (comb) {
+    case MPI_COMBINER_DUP:
+    case MPI_COMBINER_RESIZED:
+        ok = dense(types[0], depth + 1);
+        break;
+    case MPI_COMBINER_CONTIGUOUS:
+        ok = ints[0] <= 1 ? dense(types[0], depth + 1) : child_ok(types[0], &ext, &sz);
+        break;
+    case MPI_COMBINER_VECTOR:  // count, blocklength, stride (in elements)
+        ok = child_ok(types[0], &ext, &sz) && (ints[0] <= 1 || ints[1] == ints[2]);
+        break;
+    case MPI_COMBINER_HVECTOR:  // count, blocklength; stride in bytes
+        ok = child_ok(types[0], &ext, &sz) && (ints[0] <= 1 || aints[0] == (MPI_Aint)ints[1] * ext);
+        break;
+    case MPI_COMBINER_INDEXED:  // count, blocklens[count], displs[count] (elements)
+    case MPI_COMBINER_HINDEXED: // count, blocklens[count]; aints: displs (bytes)
+    case MPI_COMBINER_INDEXED_BLOCK:
+    case MPI_COMBINER_HINDEXED_BLOCK: {
+        if (!child_ok(types[0], &ext, &sz)) break;
+        int n = ints[0];
+        bool block = comb == MPI_COMBINER_INDEXED_BLOCK || comb == MPI_COMBINER_HINDEXED_BLOCK;
+        bool bytes = comb == MPI_COMBINER_HINDEXED || comb == MPI_COMBINER_HINDEXED_BLOCK;
+        MPI_Aint next = 0;
+        bool first = true;
+        ok = true;
+        for (int i = 0; i < n && ok; i++) {
+            long long len = block ? ints[1] : ints[1 + i];
+            MPI_Aint d = bytes ? aints[i] : (MPI_Aint)(block ? ints[2 + i] : ints[1 + n + i]) * ext;
+            if (len == 0) continue;
+            if (!first && d != next) ok = false;
+            next = d + (MPI_Aint)len * ext;
+            first = false;
+        }
+        break;
+    }
+    case MPI_COMBINER_STRUCT: {  // count, blocklens[count]; aints: displs; types[count]
+        int n = ints[0];
+        MPI_Aint next = 0;
+        bool first = true;
+        ok = true;
+        for (int i = 0; i < n && ok; i++) {
+            if (ints[1 + i] == 0) continue;
+            if (!child_ok(types[i], &ext, &sz)) { ok = false; break; }
+            if (!first && aints[i] != next) ok = false;
+            next = aints[i] + (MPI_Aint)ints[1 + i] * ext;
+            first = false;
+        }
+        break;
+    }
+    default:  // subarray, darray, f90 parameterized types: treat as non-contiguous
+        ok = false;
+    }
+    for (int i = 0; i < nd; i++) {
+        int ci, ca, cd, cc;
+        PMPI_Type_get_envelope(types[i], &ci, &ca, &cd, &cc);
+        if (cc != MPI_COMBINER_NAMED) PMPI_Type_free(&types[i]);
+    }
+    return ok;
+}
+
+static bool compute(MPI_Datatype dt, DtypeInfo *d)
+{
+    int sz = 0;
+    MPI_Count sz_x = 0;
+    if (PMPI_Type_size_x(dt, &sz_x) != MPI_SUCCESS) return false;
+    (void)sz;
+    d->size = (size_t)sz_x;
+    PMPI_Type_get_extent(dt, &d->lb, &d->extent);
+    PMPI_Type_get_true_extent(dt, &d->true_lb, &d->true_extent);
+    d->nccl_type = nm_map_dtype(dt);
+    d->contig = (MPI_Aint)d->size == d->extent && d->extent == d->true_extent && d->lb == d->true_lb && dense(dt);
+    return true;
+}
+
+const DtypeInfo *dtype_info(MPI_Datatype dt)
+{
+    if (dt == MPI_DATATYPE_NULL) return nullptr;
+    int ni, na, nd, comb;
+    if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return nullptr;
+    std::lock_guard<std::mutex> g(mu);
+    if (comb == MPI_COMBINER_NAMED) {
+        auto it = predefined_cache.find(dt);
+        if (it != predefined_cache.end()) return &it->second;
+        DtypeInfo d;
+        if (!compute(dt, &d)) return nullptr;
+        return &predefined_cache.emplace(dt, d).first->second;
+    }
+    if (keyval == MPI_KEYVAL_INVALID)
+        PMPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, free_info, &keyval, nullptr);
+    void *val = nullptr;
+    int found = 0;
+    PMPI_Type_get_attr(dt, keyval, &val, &found);
+    if (found) return static_cast<DtypeInfo *>(val);
+    DtypeInfo *d = new DtypeInfo;
+    if (!compute(dt, d)) { delete d; return nullptr; }
+    PMPI_Type_set_attr(dt, keyval, d);
+    return d;
+}
+
+void dtype_span(const DtypeInfo *d, MPI_Aint disp, long long count, MPI_Aint *lo, MPI_Aint *hi)
+{
+    if (count <= 0 || d->size == 0) { *lo = *hi = disp; return; }
+    MPI_Aint a = disp + d->true_lb;
+    MPI_Aint b = disp + (MPI_Aint)(count - 1) * d->extent + d->true_lb;  // start of last element
+    if (b < a) { MPI_Aint t = a; a = b; b = t; }  // negative extent
+    *lo = a;
+    *hi = b + d->true_extent;
+}
+
+}  // namespace ncclmpi

@@ -1,0 +1,103 @@
+// ncclmpi: buffer classification and the watch on loaded libraries.
+#include "core/memkind.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <string.h>
+
+#include <mutex>
+
+#include "core/cuda_api.h"
+#include "interpose/interpose.h"
+#include "util/config.h"
+#include "util/log.h"
+
+// Until the constructor below runs, the wrappers see a tail whose l_next is set and take the
+// slow path, which refreshes.
+static struct link_map nm_boot_next;
+static struct link_map nm_boot_tail = {0, nullptr, nullptr, &nm_boot_next, nullptr};
+extern "C" {
+nm_hot_t nm_hot = {0, 0, &nm_boot_tail};
+}
+
+namespace ncclmpi {
+
+static std::mutex linkmap_mu;
+static bool managed_as_device = true;
+
+static bool is_cuda_driver(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return strncmp(base, "libcuda.so", 10) == 0;
+}
+
+// Walk the objects after the remembered tail; pin the new tail so it cannot be unloaded under us.
+static bool refresh_locked()
+{
+    struct link_map *t = nm_hot.tail;
+    bool saw_cuda = false;
+    if (t == &nm_boot_tail) {
+        t = _r_debug.r_map;
+        if (t && t->l_name && is_cuda_driver(t->l_name)) saw_cuda = true;
+    }
+    while (t && t->l_next) {
+        t = t->l_next;
+        if (t->l_name && is_cuda_driver(t->l_name)) saw_cuda = true;
+    }
+    if (!t) return false;
+    if (t->l_name && t->l_name[0]) dlopen(t->l_name, RTLD_LAZY | RTLD_NOLOAD); // keep it mapped
+    nm_hot.tail = t;
+    return saw_cuda;
+}
+
+}  // namespace ncclmpi
+
+using namespace ncclmpi;
+
+extern "C" int nm_linkmap_refresh(void)
+{
+    std::lock_guard<std::mutex> g(linkmap_mu);
+    bool saw = refresh_locked();
+    if ((saw || !cuda_attached()) && !cuda_attached()) {
+        // The driver may also have come in with the executable (linked -lcuda).
+        if (saw || dlopen(nm_cfg.CUDA_LIB, RTLD_LAZY | RTLD_NOLOAD)) {
+            if (cuda_attach()) {
+                managed_as_device = strcmp(nm_cfg.MANAGED, "host") != 0;
+                __atomic_store_n(&nm_hot.slow, 1, __ATOMIC_RELEASE);
+            }
+        }
+    }
+    return cuda_attached();
+}
+
+extern "C" nm_memkind_t nm_mem_kind(const void *p, int *dev)
+{
+    if (!p || p == MPI_IN_PLACE || p == MPI_BOTTOM || !cuda_attached()) return NM_MEM_HOST;
+    CUmemorytype type = (CUmemorytype)0;
+    int ordinal = -1;
+    unsigned managed = 0;
+    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *vals[3] = {&type, &ordinal, &managed};
+    // Host memory unknown to CUDA answers success with type 0, or an error before cuInit.
+    if (cu.cuPointerGetAttributes(3, attrs, vals, (CUdeviceptr)p) != CUDA_SUCCESS) return NM_MEM_HOST;
+    if (dev) *dev = ordinal;
+    if (managed) return NM_MEM_MANAGED;
+    if (type == CU_MEMORYTYPE_DEVICE) return NM_MEM_DEVICE;
+    if (type == CU_MEMORYTYPE_HOST) return NM_MEM_PINNED;
+    return NM_MEM_HOST;
+}
+
+extern "C" int nm_mem_is_device(const void *p)
+{
+    if (!cuda_attached()) return 0;
+    nm_memkind_t k = nm_mem_kind(p, nullptr);
+    return k == NM_MEM_DEVICE || (k == NM_MEM_MANAGED && managed_as_device);
+}
+
+__attribute__((constructor)) static void nm_memkind_boot()
+{
+    nm_config_load();
+    nm_linkmap_refresh();
+}

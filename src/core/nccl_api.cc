@@ -1,0 +1,60 @@
+// ncclmpi: lazy NCCL loader.
+#include "core/nccl_api.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "util/config.h"
+#include "util/log.h"
+
+namespace ncclmpi {
+
+NcclApi nccl;
+static bool loaded;
+static std::once_flag once;
+static nm_status_t load_status = NM_ERR_NCCL;
+
+bool nccl_loaded() { return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE); }
+
+static void do_load()
+{
+    void *h = dlopen(nm_cfg.NCCL_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        NM_ERROR(INIT, "cannot load NCCL from %s (%s); set NCCLMPI_NCCL_LIB", nm_cfg.NCCL_LIB, dlerror());
+        return;
+    }
+    NcclApi api;
+    api.handle = h;
+#define NM_NCCL_LOAD(f)                                                                       \
+    api.f = reinterpret_cast<decltype(api.f)>(dlsym(h, #f));                                  \
+    if (!api.f) {                                                                             \
+        NM_ERROR(INIT, "NCCL entry point %s missing in %s", #f, nm_cfg.NCCL_LIB);             \
+        return;                                                                               \
+    }
+    NM_NCCL_REQUIRED(NM_NCCL_LOAD)
+#undef NM_NCCL_LOAD
+#define NM_NCCL_LOAD_OPT(f) api.f = reinterpret_cast<decltype(api.f)>(dlsym(h, #f));
+    NM_NCCL_OPTIONAL(NM_NCCL_LOAD_OPT)
+#undef NM_NCCL_LOAD_OPT
+    api.ncclGetVersion(&api.version);
+    nccl = api;
+    load_status = NM_OK;
+    __atomic_store_n(&loaded, true, __ATOMIC_RELEASE);
+    NM_INFO(INIT, "NCCL %d loaded from %s (alltoall %s, gather/scatter %s, split %s)", api.version,
+            nm_cfg.NCCL_LIB, api.ncclAlltoAll ? "native" : "send/recv",
+            api.ncclGather ? "native" : "send/recv", api.ncclCommSplit ? "yes" : "no");
+}
+
+nm_status_t nccl_load()
+{
+    std::call_once(once, do_load);
+    return load_status;
+}
+
+}  // namespace ncclmpi
+
+extern "C" __attribute__((visibility("default"))) int ncclmpi_nccl_loaded(void)
+{
+    return ncclmpi::nccl_loaded() ? 1 : 0;
+}

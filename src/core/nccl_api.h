@@ -1,0 +1,45 @@
+// ncclmpi: NCCL, dlopen'ed at the first device-buffer collective. A host-only program never
+// loads it.
+#ifndef NM_CORE_NCCL_API_H
+#define NM_CORE_NCCL_API_H
+#include <nccl.h>
+#include "util/status.h"
+
+#define NM_NCCL_REQUIRED(X)                                                                   \
+    X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitRankConfig)         \
+    X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString)         \
+    X(ncclGetLastError) X(ncclAllReduce) X(ncclReduce) X(ncclBroadcast) X(ncclAllGather)       \
+    X(ncclReduceScatter) X(ncclSend) X(ncclRecv) X(ncclGroupStart) X(ncclGroupEnd)
+// Present in newer NCCLs only; NULL means "use the grouped send/recv form".
+#define NM_NCCL_OPTIONAL(X) X(ncclCommSplit) X(ncclAlltoAll) X(ncclGather) X(ncclScatter)
+
+namespace ncclmpi {
+
+struct NcclApi {
+    void *handle = nullptr;
+    int version = 0;
+#define NM_NCCL_MEMBER(f) decltype(&::f) f = nullptr;
+    NM_NCCL_REQUIRED(NM_NCCL_MEMBER)
+    NM_NCCL_OPTIONAL(NM_NCCL_MEMBER)
+#undef NM_NCCL_MEMBER
+};
+
+extern NcclApi nccl;
+
+// Load NCCL once (thread-safe). NM_OK, or NM_ERR_NCCL with a logged reason.
+nm_status_t nccl_load();
+bool nccl_loaded();
+
+}  // namespace ncclmpi
+
+#define NM_NCCL_CHECK(call, action)                                                           \
+    do {                                                                                      \
+        ncclResult_t nm_nc_rc_ = (call);                                                      \
+        if (nm_nc_rc_ != ncclSuccess && nm_nc_rc_ != ncclInProgress) {                        \
+            NM_ERROR(COLL, "%s failed: %s (%s)", #call, ::ncclmpi::nccl.ncclGetErrorString(nm_nc_rc_), \
+                     ::ncclmpi::nccl.ncclGetLastError ? ::ncclmpi::nccl.ncclGetLastError(nullptr) : ""); \
+            action;                                                                           \
+        }                                                                                     \
+    } while (0)
+
+#endif

@@ -1,0 +1,42 @@
+// ncclmpi: the staged path. Device buffers are copied into pinned host memory (pooled, on the
+// GPU's NUMA node), the real MPI runs on the copies, results are copied back.
+#ifndef NM_CORE_STAGING_H
+#define NM_CORE_STAGING_H
+#include <stddef.h>
+
+#include "core/buffers.h"
+#include "core/cuda_api.h"
+#include "route/nm_op.h"
+#include "util/status.h"
+
+namespace ncclmpi {
+
+// One device's context, copy stream and ordering event (shared by all staged calls on it).
+struct Device {
+    int ordinal = -1;
+    CUcontext ctx = nullptr;
+    CUstream stream = nullptr;
+    CUevent order_ev = nullptr;
+    int numa = -1;  // NUMA node closest to the GPU, -1 unknown
+};
+Device *device_get(int ordinal);
+
+// Make the legacy stream's work visible to `s` (NCCLMPI_STREAM_ORDER).
+nm_status_t order_after_app(Device *d, CUstream s);
+
+struct Stage;
+
+// Swap the device buffers among b[0..nb) for host shadows in `o` (copying in what the call
+// reads) and mark o NM_OPF_STAGED. `*out` owns the shadows.
+nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
+// Copy what the call wrote back to the device buffers (synchronous).
+nm_status_t stage_finish(Stage *s);
+void stage_release(Stage *s);
+
+// Pinned host memory from the pool (NUMA-local to `dev` when hwloc can tell).
+void *pinned_get(size_t bytes, Device *dev, size_t *got);
+void pinned_put(void *p, size_t bytes);
+void pinned_trim();
+
+}  // namespace ncclmpi
+#endif

@@ -1,0 +1,61 @@
+/* ncclmpi: what the generated wrappers (wrap_c.c, wrap_f.c) see.
+ *
+ * The fast path of a host-buffer call is: count the call, check that no CUDA driver is in the
+ * process (two loads), jump to PMPI. Everything else is behind nm_enter()/nm_leave().
+ */
+#ifndef NM_INTERPOSE_H
+#define NM_INTERPOSE_H
+#include <link.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include "nm_fn.h"
+#include "nm_impl.h"
+#include "route/nm_op.h"
+#include "util/stats.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define NM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define NM_EXPORT __attribute__((visibility("default")))
+#define NM_ALIAS(target) __attribute__((alias(#target), visibility("default")))
+#define NM_WEAK __attribute__((weak))
+
+/* State read by every wrapper. `slow` is set once the CUDA driver is in the process (or when a
+ * setting needs every call described); `tail` is the last loaded object we have looked at: a
+ * newly loaded library shows up as tail->l_next != NULL, without a call into the loader. */
+typedef struct nm_hot {
+    int slow;
+    int pending; /* outstanding ncclmpi tasks behind user requests */
+    struct link_map *volatile tail;
+} nm_hot_t;
+extern nm_hot_t nm_hot;
+
+static inline int nm_host_fast(void) { return !nm_hot.slow && nm_hot.tail->l_next == NULL; }
+static inline int nm_tasks_pending(void) { return __atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED) != 0; }
+
+/* ---- implemented in src/core (extern "C") ---- */
+/* Classify and route a described call. Returns 1 when the call was completed (its return
+ * code in *rc), 0 when the wrapper must call PMPI with the descriptor's (maybe swapped)
+ * buffers and then nm_leave(). */
+int nm_enter(nm_op_t *o, int *rc);
+int nm_leave_slow(nm_op_t *o, int rc);
+static inline int nm_leave(nm_op_t *o, int rc) { return NM_UNLIKELY(o->flags & NM_OPF_STAGED) ? nm_leave_slow(o, rc) : rc; }
+
+void nm_after_init(void);
+void nm_before_finalize(void);
+void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm);
+
+/* Tasks behind user requests (generalized requests completed by ncclmpi). */
+void nm_progress(void);
+int nm_tasks_owns(int n, const MPI_Request *reqs);
+int nm_wait_wait(MPI_Request *request, MPI_Status *status);
+int nm_wait_waitall(int count, MPI_Request reqs[], MPI_Status *statuses);
+int nm_wait_waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status);
+int nm_wait_waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Generate ncclmpi's MPI wrappers from src/interpose/mpi_api.def.
+
+Outputs (into the build directory):
+  nm_impl.h     prototypes of the nm_impl_<Name> C entry points
+  nm_fn.h       the nm_fn_t enum and the per-function table (name, path, op kind, flags)
+  wrap_c.c      one C wrapper per row (exported MPI_<Name>, an alias of nm_impl_<Name>)
+  wrap_f.c      one Fortran delegate per row plus its manglings: mpi_x, mpi_x_, mpi_x__, MPI_X,
+                and ompi_x_f (the symbol Open MPI's mpi_f08 bindings call)
+  api_list.txt  every exported entry point, for the coverage test
+"""
+import re
+import sys
+
+ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
+ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
+PATHS = {"DATA", "PASS", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW"}
+ROLES = set("""SBUF RBUF BUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS STYPE RTYPE DTYPE
+STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
+INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED X""".split())
+
+
+def read_rows(path):
+    text = open(path).read()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    rows, buf, depth = [], "", 0
+    for line in text.splitlines():
+        if not buf and not line.strip().startswith("NM_FN("):
+            continue
+        buf += line + "\n"
+        depth += line.count("(") - line.count(")")
+        if depth == 0:
+            m = ROW.match(buf.strip())
+            if not m:
+                sys.exit("gen_wrappers: cannot parse row: " + buf)
+            name, path, kind, flags, args = m.groups()
+            args = [dict(role=r, ctype=t.strip(), name=n) for r, t, n in ARG.findall(args)]
+            if path not in PATHS:
+                sys.exit("gen_wrappers: %s: unknown path %s" % (name, path))
+            for a in args:
+                if a["role"] not in ROLES:
+                    sys.exit("gen_wrappers: %s: unknown role %s" % (name, a["role"]))
+            rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args))
+            buf = ""
+    return rows
+
+
+def formals(r):
+    return ", ".join("%s %s" % (a["ctype"], a["name"]) for a in r["args"]) or "void"
+
+
+def actuals(r, subst=None):
+    subst = subst or {}
+    return ", ".join(subst.get(a["role"], a["name"]) if a["role"] in subst else a["name"]
+                     for a in r["args"])
+
+
+def flags_expr(r):
+    return {"0": "0", "NB": "NM_OPF_NB", "PERS": "NM_OPF_PERS"}[r["flags"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# C wrappers
+# ---------------------------------------------------------------------------------------------
+DESCRIBE = {
+    "SBUF": "o.sbuf = {n};", "RBUF": "o.rbuf = {n};", "BUF": "o.sbuf = o.rbuf = {n};",
+    "SCOUNT": "o.scount = {n};", "RCOUNT": "o.rcount = {n};", "COUNT": "o.scount = o.rcount = {n};",
+    "SCOUNTS": "o.scounts = {n};", "RCOUNTS": "o.rcounts = {n};",
+    "SDISPLS": "o.sdispls = {n};", "RDISPLS": "o.rdispls = {n};",
+    "STYPE": "o.stype = {n};", "RTYPE": "o.rtype = {n};", "DTYPE": "o.stype = o.rtype = {n};",
+    "STYPES": "o.stypes = {n};", "RTYPES": "o.rtypes = {n};", "OP": "o.op = {n};",
+    "ROOT": "o.root = {n};", "PEER": "o.peer = o.rpeer = {n};", "SPEER": "o.peer = {n};",
+    "RPEER": "o.rpeer = {n};", "TAG": "o.tag = o.rtag = {n};", "STAG": "o.tag = {n};",
+    "RTAG": "o.rtag = {n};", "COMM": "o.comm = {n};", "REQ": "o.req = {n};",
+    "STATUS": "o.status = {n};", "MSG": "o.msg = {n};",
+}
+# In the PMPI call of the DATA path, buffers come from the descriptor: staging may swap them.
+DATA_SUBST = {"SBUF": "o.sbuf", "RBUF": "o.rbuf", "BUF": "o.rbuf", "STATUS": "o.status"}
+
+
+def c_wrapper(r):
+    n, f, act = r["name"], formals(r), actuals(r)
+    out = ["int nm_impl_%s(%s)" % (n, f), "{"]
+    fn = "NM_FN_%s" % n
+    p = r["path"]
+    if p == "DATA":
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
+                "    nm_op_t o;",
+                "    nm_op_init(&o, %s, NM_OPK_%s, %s);" % (fn, r["kind"], flags_expr(r))]
+        body = " ".join(DESCRIBE[a["role"]].format(n=a["name"]) for a in r["args"] if a["role"] in DESCRIBE)
+        out += ["    " + body,
+                "    int rc;",
+                "    if (nm_enter(&o, &rc)) return rc;",
+                "    rc = PMPI_%s(%s);" % (n, actuals(r, DATA_SUBST)),
+                "    return nm_leave(&o, rc);"]
+    elif p == "PASS":
+        out += ["    NM_COUNT_CALL(%s);" % fn, "    return PMPI_%s(%s);" % (n, act)]
+    elif p == "PROGRESS":
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_UNLIKELY(nm_tasks_pending())) nm_progress();",
+                "    return PMPI_%s(%s);" % (n, act)]
+    elif p == "WAIT":
+        roles = {a["role"]: a["name"] for a in r["args"]}
+        if "NREQ" in roles:
+            reqs, nreq = roles["REQS"], roles["NREQ"]
+        else:
+            reqs, nreq = roles["REQIO"], "1"
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_UNLIKELY(nm_tasks_pending()) && nm_tasks_owns(%s, %s))" % (nreq, reqs),
+                "        return nm_wait_%s(%s);" % (n.lower(), act),
+                "    return PMPI_%s(%s);" % (n, act)]
+    elif p == "INIT":
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    int rc = PMPI_%s(%s);" % (n, act),
+                "    if (rc == MPI_SUCCESS) nm_after_init();",
+                "    return rc;"]
+    elif p == "FINALIZE":
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    nm_before_finalize();",
+                "    return PMPI_%s(%s);" % (n, act)]
+    elif p == "COMMNEW":
+        roles = {a["role"]: a["name"] for a in r["args"]}
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    int rc = PMPI_%s(%s);" % (n, act),
+                "    if (rc == MPI_SUCCESS) nm_comm_created(%s, *%s);" % (roles["COMM"], roles["NEWCOMM"]),
+                "    return rc;"]
+    out += ["}",
+            "int MPI_%s(%s) NM_ALIAS(nm_impl_%s);" % (n, f, n), ""]
+    return "\n".join(out)
+
+
+def gen_c(rows):
+    out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
+           '#include "interpose/interpose.h"', ""]
+    out += [c_wrapper(r) for r in rows]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fortran delegates
+# ---------------------------------------------------------------------------------------------
+HANDLE_F2C = {"MPI_Datatype": "PMPI_Type_f2c", "MPI_Op": "PMPI_Op_f2c", "MPI_Comm": "PMPI_Comm_f2c",
+              "MPI_Info": "PMPI_Info_f2c", "MPI_Group": "PMPI_Group_f2c",
+              "MPI_Request": "PMPI_Request_f2c"}
+
+
+def f_formal(a):
+    if a["ctype"] in ("const void *", "void *"):
+        return "void *" + a["name"]
+    return "MPI_Fint *" + a["name"]
+
+
+def f_args(r):
+    """Fortran-side arguments: MPI_INIT has no argc/argv."""
+    return [a for a in r["args"] if a["role"] not in ("ARGC", "ARGV")]
+
+
+def f_convert(r):
+    """(pre statements, C actual expressions, post statements) for the call into nm_impl_."""
+    pre, acts, post = [], [], []
+    roles = {a["role"]: a["name"] for a in r["args"]}
+    for a in r["args"]:
+        role, t, n = a["role"], a["ctype"], a["name"]
+        if role in ("SBUF", "RBUF", "BUF"):
+            acts.append("nm_f2c_buf(%s)" % n)
+        elif t in HANDLE_F2C:
+            acts.append("%s(*%s)" % (HANDLE_F2C[t], n))
+        elif t == "int":
+            acts.append("*" + n)
+        elif t == "const int *":
+            acts.append("(const int *)" + n)
+        elif role in ("STYPES", "RTYPES"):
+            pre.append("MPI_Datatype *c_%s = nm_f2c_types(%s, PMPI_Comm_f2c(*%s));" % (n, n, roles["COMM"]))
+            acts.append("c_" + n)
+            post.append("free(c_%s);" % n)
+        elif role == "REQ":
+            pre.append("MPI_Request c_%s = MPI_REQUEST_NULL;" % n)
+            acts.append("&c_" + n)
+            post.append("*%s = PMPI_Request_c2f(c_%s);" % (n, n))
+        elif role == "REQIO":
+            pre.append("MPI_Request c_%s = PMPI_Request_f2c(*%s);" % (n, n))
+            acts.append("&c_" + n)
+            post.append("*%s = PMPI_Request_c2f(c_%s);" % (n, n))
+        elif role == "REQS":
+            nreq = "*" + roles["NREQ"]
+            pre.append("MPI_Request *c_%s = nm_f2c_reqs(%s, %s);" % (n, n, nreq))
+            acts.append("c_" + n)
+            post.append("nm_c2f_reqs(c_%s, %s, %s);" % (n, n, nreq))
+        elif role == "STATUS":
+            pre.append("MPI_Status c_%s, *p_%s = nm_f_status_ignored(%s) ? MPI_STATUS_IGNORE : &c_%s;" % (n, n, n, n))
+            acts.append("p_" + n)
+            post.append("if (p_%s != MPI_STATUS_IGNORE) PMPI_Status_c2f(&c_%s, %s);" % (n, n, n))
+        elif role == "STATUSES":
+            nreq = "*" + roles["NREQ"]
+            pre.append("MPI_Status *c_%s = nm_f_statuses_alloc(%s, %s);" % (n, n, nreq))
+            acts.append("c_" + n)
+            post.append("nm_c2f_statuses(c_%s, %s, %s);" % (n, n, nreq))
+        elif role == "FLAG":
+            pre.append("int c_%s = 0;" % n)
+            acts.append("&c_" + n)
+            post.append("*%s = nm_f_logical(c_%s);" % (n, n))
+        elif role == "INDEX":
+            pre.append("int c_%s = MPI_UNDEFINED;" % n)
+            acts.append("&c_" + n)
+            post.append("*%s = c_%s == MPI_UNDEFINED ? c_%s : c_%s + 1;" % (n, n, n, n))
+        elif role == "INDICES":
+            acts.append("(int *)" + n)
+            post.append("nm_f_indices_c2f(%s, *%s);" % (n, roles["OUTCOUNT"]))
+        elif role in ("OUTCOUNT", "PROVIDED"):
+            acts.append("(int *)" + n)
+        elif role in ("MSG", "MSGOUT"):
+            init = "PMPI_Message_f2c(*%s)" % n if role == "MSG" else "MPI_MESSAGE_NULL"
+            pre.append("MPI_Message c_%s = %s;" % (n, init))
+            acts.append("&c_" + n)
+            post.append("*%s = PMPI_Message_c2f(c_%s);" % (n, n))
+        elif role == "NEWCOMM":
+            pre.append("MPI_Comm c_%s = MPI_COMM_NULL;" % n)
+            acts.append("&c_" + n)
+            post.append("*%s = PMPI_Comm_c2f(c_%s);" % (n, n))
+        else:
+            sys.exit("gen_wrappers: %s: no Fortran conversion for %s %s" % (r["name"], role, t))
+    return pre, acts, post
+
+
+def f_wrapper(r):
+    n, low = r["name"], r["name"].lower()
+    fa = f_args(r)
+    ff = ", ".join([f_formal(a) for a in fa] + ["MPI_Fint *ierr"])
+    fact = ", ".join([a["name"] for a in fa] + ["ierr"])
+    fn = "NM_FN_%s" % n
+    p = r["path"]
+    proto = "void pmpi_%s_(%s)" % (low, ff)
+    out = ["extern %s NM_WEAK;" % proto,
+           "static void nm_f_%s(%s)" % (low, ff), "{",
+           "    NM_COUNT_FCALL(%s);" % fn]
+    forward = "NM_F_FORWARD(pmpi_%s_, \"%s\", %s);" % (low, n, fact)
+    roles = {a["role"]: a["name"] for a in r["args"]}
+    if p == "PASS":
+        out += ["    " + forward]
+    elif p == "INIT":
+        out += ["    " + forward, "    if (*ierr == MPI_SUCCESS) nm_after_init();"]
+    elif p == "FINALIZE":
+        out += ["    nm_before_finalize();", "    " + forward]
+    elif p == "COMMNEW":
+        c, nc = roles["COMM"], roles["NEWCOMM"]
+        out += ["    " + forward,
+                "    if (*ierr == MPI_SUCCESS) nm_comm_created(PMPI_Comm_f2c(*%s), PMPI_Comm_f2c(*%s));" % (c, nc)]
+    else:
+        if p == "DATA":
+            bufs = [a["name"] for a in r["args"] if a["role"] in ("SBUF", "RBUF", "BUF")]
+            cond = "nm_host_fast() || !nm_f_maybe_device(%s, %s)" % (
+                bufs[0], bufs[1] if len(bufs) > 1 else "NULL")
+        else:
+            cond = "!nm_tasks_pending()"
+        pre, acts, post = f_convert(r)
+        out += ["    if (NM_LIKELY(%s)) {" % cond, "        " + forward, "        return;", "    }",
+                "    NM_STAT_INC(nm_stats.fcalls_c[%s]);" % fn]
+        out += ["    " + s for s in pre]
+        out += ["    *ierr = nm_impl_%s(%s);" % (n, ", ".join(acts))]
+        out += ["    " + s for s in post]
+    out += ["}"]
+    for sym in ("mpi_%s" % low, "mpi_%s_" % low, "mpi_%s__" % low, "MPI_%s" % n.upper(), "ompi_%s_f" % low):
+        out.append("void %s(%s) NM_ALIAS(nm_f_%s);" % (sym, ff, low))
+    return "\n".join(out) + "\n"
+
+
+def gen_f(rows):
+    out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
+           '#include "interpose/interpose.h"', '#include "interpose/fortran.h"', ""]
+    out += [f_wrapper(r) for r in rows]
+    return "\n".join(out)
+
+
+def gen_h(rows):
+    out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
+           "#ifndef NM_FN_H", "#define NM_FN_H", "", "typedef enum {"]
+    out += ["    NM_FN_%s," % r["name"] for r in rows]
+    out += ["    NM_FN_COUNT", "} nm_fn_t;", "",
+            "/* X-macro over the table: NM_FN_ROW(Name, PATH, OPKIND, FLAGS) */",
+            "#define NM_FN_TABLE(NM_FN_ROW) \\"]
+    out += ["    NM_FN_ROW(%s, %s, %s, %s) \\" % (r["name"], r["path"], r["kind"], r["flags"]) for r in rows]
+    out += ["", "#endif", ""]
+    return "\n".join(out)
+
+
+def gen_impl_h(rows):
+    out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
+           "#ifndef NM_IMPL_H", "#define NM_IMPL_H", "#include <mpi.h>", ""]
+    out += ["int nm_impl_%s(%s);" % (r["name"], formals(r)) for r in rows]
+    out += ["", "#endif", ""]
+    return "\n".join(out)
+
+
+def gen_list(rows):
+    syms = []
+    for r in rows:
+        n, low = r["name"], r["name"].lower()
+        syms += ["MPI_" + n, "mpi_" + low, "mpi_%s_" % low, "mpi_%s__" % low, "MPI_" + n.upper(),
+                 "ompi_%s_f" % low]
+    return "\n".join(syms) + "\n"
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: gen_wrappers.py mpi_api.def OUTDIR")
+    rows = read_rows(sys.argv[1])
+    outdir = sys.argv[2]
+    for name, text in (("nm_fn.h", gen_h(rows)), ("nm_impl.h", gen_impl_h(rows)), ("wrap_c.c", gen_c(rows)),
+                       ("wrap_f.c", gen_f(rows)), ("api_list.txt", gen_list(rows))):
+        with open("%s/%s" % (outdir, name), "w") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
