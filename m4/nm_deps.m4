@@ -68,6 +68,8 @@ FEOF
   AS_IF([test "x$with_fortran" = xyes && test "x$nm_have_fort" = xno],
     [AC_MSG_ERROR([--with-fortran given but no working mpifort/mpif90 with mpi_f08 (Debian: apt-get install gfortran)])])
   AM_CONDITIONAL([NM_HAVE_FORTRAN], [test "x$nm_have_fort" = xyes])
+  AS_IF([test "x$nm_have_fort" = xyes], [NM_HAVE_FORTRAN_VALUE=1], [NM_HAVE_FORTRAN_VALUE=0])
+  AC_SUBST([NM_HAVE_FORTRAN_VALUE])
   AS_IF([test "x$nm_have_fort" = xyes], [NM_FORT_DESC="$NM_MPIFORT"], [NM_FORT_DESC="no (fortran tests are skipped)"])
   AC_SUBST([NM_MPIFORT])
 ])

@@ -1,0 +1,1 @@
+# fortran tests: see test/fortran/Makefile.inc

@@ -1,0 +1,1 @@
+# gpu tests: see test/gpu/Makefile.inc

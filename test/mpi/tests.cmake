@@ -1,0 +1,1 @@
+# mpi tests: see test/mpi/Makefile.inc
