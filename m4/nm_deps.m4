@@ -124,6 +124,8 @@ AC_DEFUN([NM_CHECK_NCCL], [
   AS_IF([test "$nm_nccl_code" -lt 21800], [AC_MSG_ERROR([NCCL >= 2.18 needed (ncclCommSplit); found code $nm_nccl_code in $NM_NCCL_INCDIR])])
   NM_NCCL_VERSION="$nm_nccl_major.$nm_nccl_minor.$nm_nccl_patch"
   NM_NCCL_CPPFLAGS="-I$NM_NCCL_INCDIR"
+  NM_NCCL_LIBDIR=`dirname "$NM_NCCL_LIB"`
+  AC_SUBST([NM_NCCL_LIBDIR])
   AC_DEFINE_UNQUOTED([NM_NCCL_DEFAULT_LIB], ["$NM_NCCL_LIB"], [libnccl path dlopen'ed by default])
   AC_DEFINE_UNQUOTED([NM_NCCL_BUILD_VERSION], ["$NM_NCCL_VERSION"], [NCCL headers version at build time])
   AC_SUBST([NM_NCCL_CPPFLAGS])

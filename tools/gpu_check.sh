@@ -1,0 +1,43 @@
+#!/bin/bash
+# tools/gpu_check.sh: the GPU job, one call on the device machine (see doc/gpu-testing.md).
+# Builds ncclmpi from the dist tarball in .dist/ (made here with `make dist`; the GPU machine
+# has no libtool), runs the unit, mpi and gpu CTest labels, then the benchmarks.
+# Logs go to $OUT (the device tool brings them back). Usage: tools/gpu_check.sh [quick]
+set -u
+OUT=${OUT:-/tmp/nm-out}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+mode=${1:-full}
+ngpu=$(nvidia-smi -L | wc -l)
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$OUT/machine.txt" 2>&1
+tarball=$(ls "$PWD"/.dist/ncclmpi-*.tar.gz | head -1)
+rm -rf /tmp/nm && mkdir -p /tmp/nm && tar -C /tmp/nm -xzf "$tarball" && cd /tmp/nm/ncclmpi-*/ || exit 1
+src=$PWD
+mkdir -p build && cd build
+if ! CC=mpicc CXX=mpicxx ../configure --without-fortran > "$OUT/build.log" 2>&1; then tail -40 "$OUT/build.log"; exit 1; fi
+if ! make -j16 >> "$OUT/build.log" 2>&1; then tail -60 "$OUT/build.log"; exit 1; fi
+make -j16 check TESTS= CTEST=true >> "$OUT/build.log" 2>&1   # build the test programs only
+make -j16 bench >> "$OUT/build.log" 2>&1 || tail -30 "$OUT/build.log"
+echo "== build ok: $(grep -m1 'NCCL ' "$OUT/build.log")"
+
+labels="unit|gpu"
+[ "$mode" = full ] && labels="unit|mpi|gpu"
+timeout 420 ctest -L "$labels" --output-on-failure -j1 > "$OUT/ctest.log" 2>&1
+echo "== ctest ($labels): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Skipped|Not Run)|gpu_coll:|gpu_misc:|gpu_stream:" "$OUT/ctest.log" | head -40
+
+lib=$PWD/.libs/libncclmpi.so
+{
+  echo "== classify cost (1 rank): without / with libncclmpi"
+  ./bench/classify_cost 1000000
+  LD_PRELOAD=$lib ./bench/classify_cost 1000000
+} > "$OUT/bench.txt" 2>&1
+run="mpirun --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_PRELOAD=$lib"
+for np in 1 $([ "$ngpu" -ge 2 ] && echo 2) $([ "$ngpu" -ge 4 ] && echo 4); do
+  emax=1G; [ "$mode" = full ] || emax=64M
+  echo "== coll_bench np=$np" >> "$OUT/bench.txt"
+  timeout 300 $run -np $np ./bench/coll_bench -b 8 -e $emax -f 4 -o "$OUT/bench_np$np.csv" >> "$OUT/bench.txt" 2>&1
+done
+echo "== coll_bench np=1, NCCLMPI_STREAM_ORDER=0 (cost of ordering after the default stream)" >> "$OUT/bench.txt"
+NCCLMPI_STREAM_ORDER=0 timeout 120 $run -x NCCLMPI_STREAM_ORDER -np 1 ./bench/coll_bench -b 8 -e 1M -f 16 -c allreduce,bcast -o "$OUT/bench_noorder.csv" >> "$OUT/bench.txt" 2>&1
+cat "$OUT/bench.txt"

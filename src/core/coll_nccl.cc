@@ -59,41 +59,36 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
     const ncclDataType_t ty = (ncclDataType_t)(rd ? rd->nccl_type : 0);
     const ncclRedOp_t rop = (ncclRedOp_t)nm_map_op(o->op);
     const size_t cnt = (size_t)o->rcount;
-    Body body;
     Body post;  // after the group: copies that must follow the NCCL kernels
 
     switch (o->kind) {
     case NM_OPK_ALLREDUCE:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             NC(nccl.ncclAllReduce(at(inplace ? o->rbuf : o->sbuf, rd), at(o->rbuf, rd), cnt, ty, rop, g.nccl_comm(), s));
             return NM_OK;
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_REDUCE:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             const void *src = inplace ? o->rbuf : o->sbuf;
             const DtypeInfo *d = inplace ? rd : sd;
             void *dst = rank == o->root ? at(o->rbuf, rd) : nullptr;
             NC(nccl.ncclReduce(at(src, d), dst, cnt, ty, rop, o->root, g.nccl_comm(), s));
             return NM_OK;
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_BCAST:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             NC(nccl.ncclBroadcast(at(o->rbuf, rd), at(o->rbuf, rd), cnt * rd->size, ncclInt8, o->root, g.nccl_comm(), s));
             return NM_OK;
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_ALLGATHER:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             size_t blk = cnt * rd->size;
             const char *src = inplace ? at(o->rbuf, rd) + rank * blk : at(o->sbuf, sd);
             NC(nccl.ncclAllGather(src, at(o->rbuf, rd), blk, ncclInt8, g.nccl_comm(), s));
             return NM_OK;
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_ALLGATHERV:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             P2P x(n);
             const char *mine = inplace ? at(o->rbuf, rd, o->rdispls[rank]) : at(o->sbuf, sd);
             size_t mybytes = (size_t)o->rcounts[rank] * rd->size;
@@ -105,10 +100,9 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                 x.rn[p] = (size_t)o->rcounts[p] * rd->size;
             }
             return x.post(g, s);
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_ALLTOALL:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             size_t blk = cnt * rd->size;
             const char *src = at(o->sbuf, sd);
             if (inplace) {  // NCCL's alltoall is out of place: send from a copy
@@ -130,10 +124,9 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                 x.rn[p] = blk;
             }
             return x.post(g, s);
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_ALLTOALLV:
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             const void *sbase = o->sbuf;
             const int *sc = o->scounts, *sdp = o->sdispls;
             const DtypeInfo *sdi = sd;
@@ -158,18 +151,8 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                 x.rn[p] = (size_t)o->rcounts[p] * rd->size;
             }
             return x.post(g, s);
-        };
-        break;
+        }, task, post ? &post : nullptr);
     case NM_OPK_REDUCE_SCATTER_BLOCK:
-        body = [=](ProcessGroup &g, CUstream s) {
-            if (!inplace) {
-                NC(nccl.ncclReduceScatter(at(o->sbuf, sd), at(o->rbuf, rd), cnt, ty, rop, g.nccl_comm(), s));
-                return NM_OK;
-            }
-            // in place: input is the whole receive buffer, result belongs at its start
-            NC(nccl.ncclReduceScatter(at(o->rbuf, rd), at(o->rbuf, rd, cnt * rank), cnt, ty, rop, g.nccl_comm(), s));
-            return NM_OK;
-        };
         if (inplace && rank != 0)
             post = [=](ProcessGroup &g, CUstream s) {
                 // the block moves left by rank*cnt elements: through scratch, as the ranges may overlap
@@ -178,13 +161,23 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                 nm_status_t st = d2d(tmp, at(o->rbuf, rd, cnt * rank), cnt * rd->size, s);
                 return st != NM_OK ? st : d2d(at(o->rbuf, rd), tmp, cnt * rd->size, s);
             };
-        break;
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
+            if (!inplace) {
+                NC(nccl.ncclReduceScatter(at(o->sbuf, sd), at(o->rbuf, rd), cnt, ty, rop, g.nccl_comm(), s));
+                return NM_OK;
+            }
+            // in place: input is the whole receive buffer, result belongs at its start
+            NC(nccl.ncclReduceScatter(at(o->rbuf, rd), at(o->rbuf, rd, cnt * rank), cnt, ty, rop, g.nccl_comm(), s));
+            return NM_OK;
+        }, task, post ? &post : nullptr);
     case NM_OPK_REDUCE_SCATTER: {
         bool equal = true;
         for (int p = 1; p < n; p++) equal = equal && o->rcounts[p] == o->rcounts[0];
         const DtypeInfo *d = rd;
         size_t mine = (size_t)o->rcounts[rank];
-        body = [=](ProcessGroup &g, CUstream s) {
+        if (inplace)
+            post = [=](ProcessGroup &g, CUstream s) { return d2d(at(o->rbuf, d), g.scratch(0), mine * d->size, s); };
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             const char *src = inplace ? at(o->rbuf, d) : at(o->sbuf, sd);
             if (equal && !inplace) {
                 NC(nccl.ncclReduceScatter(src, at(o->rbuf, d), mine, ty, rop, g.nccl_comm(), s));
@@ -201,15 +194,12 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                 off += (size_t)o->rcounts[p];
             }
             return NM_OK;
-        };
-        if (inplace)
-            post = [=](ProcessGroup &g, CUstream s) { return d2d(at(o->rbuf, d), g.scratch(0), mine * d->size, s); };
-        break;
+        }, task, post ? &post : nullptr);
     }
     case NM_OPK_GATHER:
     case NM_OPK_GATHERV: {
         bool v = o->kind == NM_OPK_GATHERV;
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             bool root = rank == o->root;
             if (!v && nccl.ncclGather) {
                 size_t blk = root ? cnt * rd->size : (size_t)o->scount * sd->size;
@@ -230,14 +220,13 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                     x.rn[p] = c * rd->size;
                 }
             return x.post(g, s);
-        };
-        break;
+        }, task, post ? &post : nullptr);
     }
     case NM_OPK_SCATTER:
     case NM_OPK_SCATTERV: {
         bool v = o->kind == NM_OPK_SCATTERV;
         bool rin = o->rbuf == MPI_IN_PLACE;
-        body = [=](ProcessGroup &g, CUstream s) {
+        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             bool root = rank == o->root;
             if (!v && nccl.ncclScatter) {
                 size_t blk = root ? (size_t)o->scount * sd->size : cnt * rd->size;
@@ -258,15 +247,12 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
                 x.rn[o->root] = cnt * rd->size;
             }
             return x.post(g, s);
-        };
-        break;
+        }, task, post ? &post : nullptr);
     }
     default:
         NM_ERROR(COLL, "no NCCL body for %s", nm_opkind_name(o->kind));
         return NM_ERR_INTERNAL;
     }
-
-    return pg.run(o, body, task, post ? &post : nullptr);
 }
 
 }  // namespace ncclmpi

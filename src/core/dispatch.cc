@@ -30,6 +30,7 @@ struct DepthGuard {
 };
 
 static bool initialized, finalized;
+static bool managed_as_host;  // NCCLMPI_MANAGED=host
 static std::mutex init_mu;
 
 // ---- errors: the standard class, with our message behind MPI_Error_string ----------------
@@ -89,6 +90,7 @@ static void init_locked()
     if (!flag) return;
     initialized = true;
     nm_config_load();
+    managed_as_host = !strcmp(nm_cfg.MANAGED, "host");
     int r = world_rank();
     nm_log_set_rank(r);
     // MPI_Finalize deletes MPI_COMM_SELF's attributes first: our teardown runs there for every
@@ -114,18 +116,41 @@ struct Classified {
     int device = -1;
 };
 
-Classified classify(BufRef *b, int nb)
+// Pointer kinds already asked of the driver during this call (each pointer is asked once).
+struct Memo {
+    const void *p[2];
+    nm_memkind_t k[2];
+    int dev[2];
+    int n = 0;
+    nm_memkind_t kind(const void *ptr, int *d)
+    {
+        for (int i = 0; i < n; i++)
+            if (p[i] == ptr) { *d = dev[i]; return k[i]; }
+        nm_memkind_t r = nm_mem_kind(ptr, d);
+        if (r == NM_MEM_MANAGED && managed_as_host) r = NM_MEM_HOST;
+        if (r == NM_MEM_MANAGED && *d < 0) {
+            CUdevice cd;
+            if (cu.cuCtxGetDevice(&cd) == CUDA_SUCCESS) *d = (int)cd;
+        }
+        if (n < 2) { p[n] = ptr; k[n] = r; dev[n] = *d; n++; }
+        return r;
+    }
+    bool device(const void *ptr)
+    {
+        int d = -1;
+        if (!ptr || ptr == MPI_IN_PLACE) return false;
+        nm_memkind_t r = kind(ptr, &d);
+        return r == NM_MEM_DEVICE || r == NM_MEM_MANAGED;
+    }
+};
+
+Classified classify(BufRef *b, int nb, Memo &memo)
 {
     Classified c;
     for (int i = 0; i < nb; i++) {
         if (!b[i].ptr && b[i].hi <= b[i].lo) continue;
         int dev = -1;
-        nm_memkind_t k = nm_mem_kind(b[i].ptr, &dev);
-        if (k == NM_MEM_MANAGED && !strcmp(nm_cfg.MANAGED, "host")) k = NM_MEM_HOST;
-        if (k == NM_MEM_MANAGED && dev < 0) {
-            CUdevice d;
-            if (cu.cuCtxGetDevice(&d) == CUDA_SUCCESS) dev = (int)d;
-        }
+        nm_memkind_t k = memo.kind(b[i].ptr, &dev);
         b[i].kind = k;
         b[i].device = dev;
         if (k == NM_MEM_DEVICE || k == NM_MEM_MANAGED) {
@@ -214,17 +239,21 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     if (depth || nm_cfg.DISABLE) return 0;
     if (!cuda_attached() && !nm_linkmap_refresh()) return 0;
     if (!ensure_init() || finalized) return 0;
+    const bool agree = nm_cfg.AGREE && nm_opkind_is_coll(o->kind) && !(o->flags & NM_OPF_NB);
+    // Host buffers leave here: one driver query per pointer, before any other work. (A pointer
+    // the call ignores may be garbage: asking the driver about it is harmless.)
+    Memo memo;
+    if (!agree && !memo.device(o->sbuf) && !memo.device(o->rbuf)) return 0;
     DepthGuard dg;
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
     else if (o->kind != NM_OPK_MRECV) return 0;
+    if (agree && cs->inter) return 0;
 
     BufRef b[2];
     int nb = op_buffers(o, cs, b);
     if (nb < 0) return 0;  // invalid arguments: the real MPI reports them, as without us
-    Classified c = classify(b, nb);
-    const bool blocking_coll = nm_opkind_is_coll(o->kind) && !(o->flags & NM_OPF_NB) && cs && !cs->inter;
-    const bool agree = nm_cfg.AGREE && blocking_coll;
+    Classified c = classify(b, nb, memo);
     if (!c.any_device && !agree) return 0;
 
     nm_route_in_t in = route_input(o, cs, c);

@@ -13,8 +13,17 @@ static std::mutex mu;
 static std::unordered_map<MPI_Datatype, DtypeInfo> predefined_cache;
 static int keyval = MPI_KEYVAL_INVALID;
 
+static uint64_t dtype_gen = 1;
+static thread_local struct {
+    MPI_Datatype dt;
+    const DtypeInfo *info;
+    uint64_t gen;
+} dcache[4];
+static thread_local unsigned dcache_next;
+
 static int free_info(MPI_Datatype, int, void *val, void *)
 {
+    __atomic_add_fetch(&dtype_gen, 1, __ATOMIC_RELEASE);
     delete static_cast<DtypeInfo *>(val);
     return MPI_SUCCESS;
 }
@@ -116,6 +125,16 @@ static bool compute(MPI_Datatype dt, DtypeInfo *d)
 const DtypeInfo *dtype_info(MPI_Datatype dt)
 {
     if (dt == MPI_DATATYPE_NULL) return nullptr;
+    uint64_t gen = __atomic_load_n(&dtype_gen, __ATOMIC_ACQUIRE);
+    for (auto &e : dcache)
+        if (e.dt == dt && e.gen == gen && e.info) return e.info;
+    const DtypeInfo *d = dtype_info_lookup(dt);
+    if (d) dcache[dcache_next++ & 3] = {dt, d, gen};
+    return d;
+}
+
+const DtypeInfo *dtype_info_lookup(MPI_Datatype dt)
+{
     int ni, na, nd, comb;
     if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return nullptr;
     std::lock_guard<std::mutex> g(mu);

@@ -17,6 +17,7 @@ struct DtypeInfo {
 // Cached per datatype (an attribute on derived types, so a freed handle never answers stale).
 // Returns nullptr for MPI_DATATYPE_NULL or an invalid handle.
 const DtypeInfo *dtype_info(MPI_Datatype dt);
+const DtypeInfo *dtype_info_lookup(MPI_Datatype dt);  // uncached
 
 // Byte span [lo, hi) touched by `count` elements of `d` placed at byte offset `disp`.
 void dtype_span(const DtypeInfo *d, MPI_Aint disp, long long count, MPI_Aint *lo, MPI_Aint *hi);

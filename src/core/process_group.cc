@@ -112,10 +112,12 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
 
 void *ProcessGroup::scratch(size_t bytes)
 {
+    if (bytes == 0) bytes = 1;  // a valid address even for empty copies
     if (bytes <= scratch_bytes_) return (void *)scratch_;
     DeviceGuard g(ctx_);
     if (scratch_) {
         cu.cuStreamSynchronize(stream_);
+        cu.cuStreamSynchronize(CU_STREAM_LEGACY);
         cu.cuMemFree(scratch_);
         scratch_ = 0;
         scratch_bytes_ = 0;
@@ -160,17 +162,24 @@ nm_status_t ProcessGroup::wait_event(CUevent ev, const nm_op_t *o)
     }
 }
 
-nm_status_t ProcessGroup::run(const nm_op_t *o, const Body &body, Task *task, const Body *post)
+CUstream ProcessGroup::pick_stream(const Task *task) const
 {
-    if (state_ != State::READY) return NM_ERR_NCCL;
+    return !task && nm_cfg.CALC_STREAM && nb_inflight_ == 0 ? CU_STREAM_LEGACY : stream_;
+}
+
+nm_status_t ProcessGroup::open_group(CUstream s)
+{
     seq_++;
-    DeviceGuard g(ctx_);
-    if (nm_cfg.STREAM_ORDER) {
+    if (nm_cfg.STREAM_ORDER && s != CU_STREAM_LEGACY) {
         NM_CU_CHECK(cu.cuEventRecord(order_ev_, CU_STREAM_LEGACY), return NM_ERR_CUDA);
-        NM_CU_CHECK(cu.cuStreamWaitEvent(stream_, order_ev_, 0), return NM_ERR_CUDA);
+        NM_CU_CHECK(cu.cuStreamWaitEvent(s, order_ev_, 0), return NM_ERR_CUDA);
     }
     NM_NCCL_CHECK(nccl.ncclGroupStart(), return NM_ERR_NCCL);
-    nm_status_t st = body(*this, stream_);
+    return NM_OK;
+}
+
+nm_status_t ProcessGroup::close_group(const nm_op_t *o, nm_status_t st, CUstream s, Task *task, const Body *post)
+{
     ncclResult_t ge = nccl.ncclGroupEnd();
     if (st != NM_OK) return st;
     if (ge != ncclSuccess) {
@@ -178,9 +187,9 @@ nm_status_t ProcessGroup::run(const nm_op_t *o, const Body &body, Task *task, co
                  nccl.ncclGetErrorString(ge), nccl.ncclGetLastError(nccl_));
         return NM_ERR_NCCL;
     }
-    if (post && (st = (*post)(*this, stream_)) != NM_OK) return st;
-    if (task) return task->record_on(stream_);
-    NM_CU_CHECK(cu.cuEventRecord(done_ev_, stream_), return NM_ERR_CUDA);
+    if (post && (st = (*post)(*this, s)) != NM_OK) return st;
+    if (task) return task->record_on(s);
+    NM_CU_CHECK(cu.cuEventRecord(done_ev_, s), return NM_ERR_CUDA);
     return wait_event(done_ev_, o);
 }
 
@@ -227,6 +236,12 @@ static std::vector<CommState *> states;  // live states, in creation order
 static std::vector<ProcessGroup *> pg_order;  // live groups, in creation order
 static int comm_keyval = MPI_KEYVAL_INVALID;
 static int next_id;
+static uint64_t comm_gen = 1;  // bumped whenever a state dies: invalidates the thread caches
+static thread_local struct {
+    MPI_Comm comm;
+    CommState *cs;
+    uint64_t gen;
+} comm_cache;
 
 static void forget_groups(CommState *cs)
 {
@@ -238,8 +253,10 @@ static void forget_groups(CommState *cs)
 
 static int comm_delete_fn(MPI_Comm, int, void *val, void *)
 {
+    tasks_drain();  // nothing may still run on the groups we are about to destroy
     std::lock_guard<std::recursive_mutex> g(states_mu);
     CommState *cs = static_cast<CommState *>(val);
+    __atomic_add_fetch(&comm_gen, 1, __ATOMIC_RELEASE);
     forget_groups(cs);
     states.erase(std::remove(states.begin(), states.end(), cs), states.end());
     delete cs;  // ProcessGroup destructors drain and destroy their NCCL comms
@@ -256,6 +273,17 @@ int world_rank()
 }
 
 CommState *comm_state(MPI_Comm comm)
+{
+    uint64_t gen = __atomic_load_n(&comm_gen, __ATOMIC_ACQUIRE);
+    if (comm_cache.comm == comm && comm_cache.gen == gen && comm_cache.cs) return comm_cache.cs;
+    CommState *cs = comm_state_lookup(comm);
+    comm_cache.comm = comm;
+    comm_cache.cs = cs;
+    comm_cache.gen = gen;
+    return cs;
+}
+
+CommState *comm_state_lookup(MPI_Comm comm)
 {
     std::lock_guard<std::recursive_mutex> g(states_mu);
     if (comm_keyval == MPI_KEYVAL_INVALID)

@@ -50,7 +50,16 @@ class ProcessGroup {
     // application's legacy-stream work. Blocking when task == nullptr (returns when the
     // result is in place); otherwise records completion in the task and returns at once.
     // `post` runs on the stream after the group (copies that must follow the NCCL kernels).
-    nm_status_t run(const nm_op_t *o, const Body &body, Task *task, const Body *post = nullptr);
+    template <class F>
+    nm_status_t run(const nm_op_t *o, F &&body, Task *task, const Body *post = nullptr)
+    {
+        if (state_ != State::READY) return NM_ERR_NCCL;
+        DeviceGuard g(ctx_);
+        CUstream s = pick_stream(task);
+        nm_status_t st = open_group(s);
+        if (st != NM_OK) return st;
+        return close_group(o, body(*this, s), s, task, post);
+    }
 
     // Wait until everything queued on the comm stream is done (bounded by NCCLMPI_TIMEOUT).
     nm_status_t drain();
@@ -67,10 +76,20 @@ class ProcessGroup {
     int id() const { return id_; }
     uint64_t seq() const { return seq_; }
 
+    // Nonblocking tasks in flight: while any is, blocking calls also use the comm stream, so
+    // that everything on this NCCL comm stays in issue order.
+    void nb_started() { nb_inflight_++; }
+    void nb_finished() { nb_inflight_--; }
+
     // Device scratch of at least `bytes`, valid until the next run on this group.
     void *scratch(size_t bytes);
 
   private:
+    // Blocking calls run on the legacy default stream (NCCLMPI_CALC_STREAM=1): ordered after the
+    // application's work for free. Nonblocking calls run on the comm stream, after an event.
+    CUstream pick_stream(const Task *task) const;
+    nm_status_t open_group(CUstream s);  // seq, order after the application, ncclGroupStart
+    nm_status_t close_group(const nm_op_t *o, nm_status_t body_st, CUstream s, Task *task, const Body *post);
     nm_status_t setup_stream();
     nm_status_t finish_init(ncclResult_t r, const char *how, double t0);
     nm_status_t wait_event(CUevent ev, const nm_op_t *o);
@@ -84,6 +103,7 @@ class ProcessGroup {
     CUevent done_ev_ = nullptr;   // completion of blocking runs
     ncclComm_t nccl_ = nullptr;
     uint64_t seq_ = 0;
+    int nb_inflight_ = 0;
     CUdeviceptr scratch_ = 0;
     size_t scratch_bytes_ = 0;
 };
@@ -105,6 +125,7 @@ struct CommState {
 
 // State of `comm`, created on first sight. Never nullptr for a valid communicator.
 CommState *comm_state(MPI_Comm comm);
+CommState *comm_state_lookup(MPI_Comm comm);  // uncached
 // Destroy every process group (children before parents) before the real MPI_Finalize.
 void comm_states_teardown();
 // A communicator was created from `parent`: derive its NCCL comm by split when possible.

@@ -52,6 +52,7 @@ std::string Task::describe() const
 
 nm_status_t Task::record_on(CUstream s)
 {
+    if (pg_) pg_->nb_started();
     NM_CU_CHECK(cu.cuCtxGetCurrent(&ctx_), return NM_ERR_CUDA);
     NM_CU_CHECK(cu.cuEventCreate(&ev_, CU_EVENT_DISABLE_TIMING), return NM_ERR_CUDA);
     NM_CU_CHECK(cu.cuEventRecord(ev_, s), return NM_ERR_CUDA);
@@ -78,6 +79,7 @@ int Task::publish(MPI_Request *user_req)
 
 void Task::complete(int mpi_rc)
 {
+    if (pg_ && ev_) pg_->nb_finished();
     mpi_rc_ = mpi_rc;
     done_ = true;
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);

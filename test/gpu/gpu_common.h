@@ -1,0 +1,51 @@
+/* Shared helpers of the GPU tests: device selection, checks, ncclmpi stats lookup. The tests
+ * are plain CUDA-aware MPI programs: they know nothing of ncclmpi except, optionally, its
+ * stats (looked up with dlsym, so the same binary runs without the library). */
+#ifndef NM_TEST_GPU_COMMON_H
+#define NM_TEST_GPU_COMMON_H
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDACHECK(x)                                                                          \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
+        }                                                                                     \
+    } while (0)
+
+typedef struct {
+    unsigned long long calls, fortran_calls, route[4];
+} nm_stats_view_t;
+
+/* route counters of one function, or -1 in calls when ncclmpi is not loaded */
+static inline nm_stats_view_t gpu_stats(const char *fn)
+{
+    nm_stats_view_t s;
+    memset(&s, 0, sizeof(s));
+    int (*get)(const char *, nm_stats_view_t *) = (int (*)(const char *, nm_stats_view_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    if (!get || get(fn, &s) != 0) s.calls = (unsigned long long)-1;
+    return s;
+}
+
+/* Picks device local_rank % ndev; returns 1 when every rank of the node has its own GPU. */
+static inline int gpu_select(int *ndev_out)
+{
+    int ndev = 0, lrank = 0, lsize = 1;
+    CUDACHECK(cudaGetDeviceCount(&ndev));
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &lrank);
+    MPI_Comm_size(node, &lsize);
+    MPI_Comm_free(&node);
+    CUDACHECK(cudaSetDevice(lrank % ndev));
+    CUDACHECK(cudaFree(0));
+    if (ndev_out) *ndev_out = ndev;
+    return lsize <= ndev;
+}
+#endif

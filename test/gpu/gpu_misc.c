@@ -1,0 +1,238 @@
+/* gpu_misc: device point-to-point (tags, MPI_ANY_SOURCE, statuses, nonblocking in mixed
+ * arrays), managed and pinned memory routes, mixed host/device buffers (NCCLMPI_AGREE=1),
+ * error classes for device misuse, and communicator lifecycle (split / dup / free in a loop).
+ * Every result is checked against values computed on the host. */
+#include "gpu_common.h"
+
+static int rank, size, failures;
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: ", rank, __FILE__, __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fprintf(stderr, "\n");                                                            \
+            failures++;                                                                       \
+        }                                                                                     \
+    } while (0)
+
+static int *dev_ints(int n, int base)
+{
+    int *h = malloc(n * sizeof(int)), *d;
+    for (int i = 0; i < n; i++) h[i] = base + i * 3 + 1;
+    CUDACHECK(cudaMalloc((void **)&d, n * sizeof(int) + 16));
+    CUDACHECK(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static void check_dev_ints(const int *d, int n, int base, const char *what)
+{
+    int *h = malloc(n * sizeof(int));
+    CUDACHECK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++)
+        if (h[i] != base + i * 3 + 1) {
+            CHECK(0, "%s: element %d = %d, want %d", what, i, h[i], base + i * 3 + 1);
+            break;
+        }
+    free(h);
+}
+
+static void test_p2p(void)
+{
+    const int n = 100003;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int *s = dev_ints(n, rank * 1000), *r = dev_ints(n, -1);
+    MPI_Status st;
+    /* blocking ring with Sendrecv, then Isend/Irecv with ANY_SOURCE and a tag */
+    MPI_Sendrecv(s, n, MPI_INT, next, 5, r, n, MPI_INT, prev, 5, MPI_COMM_WORLD, &st);
+    check_dev_ints(r, n, prev * 1000, "Sendrecv");
+    int cnt;
+    MPI_Get_count(&st, MPI_INT, &cnt);
+    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 5 && cnt == n, "Sendrecv status src %d tag %d count %d",
+          st.MPI_SOURCE, st.MPI_TAG, cnt);
+    CUDACHECK(cudaMemset(r, 0, n * sizeof(int)));
+    MPI_Request rq[3];
+    int hostval = rank, hostgot = -1;
+    MPI_Irecv(r, n, MPI_INT, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, &rq[0]);
+    MPI_Irecv(&hostgot, 1, MPI_INT, next, 8, MPI_COMM_WORLD, &rq[1]);
+    MPI_Send(s, n, MPI_INT, next, 7, MPI_COMM_WORLD);
+    MPI_Isend(&hostval, 1, MPI_INT, prev, 8, MPI_COMM_WORLD, &rq[2]);
+    MPI_Status sts[3];
+    MPI_Waitall(3, rq, sts);
+    check_dev_ints(r, n, prev * 1000, "Irecv(ANY_SOURCE)");
+    MPI_Get_count(&sts[0], MPI_INT, &cnt);
+    CHECK(sts[0].MPI_SOURCE == prev && sts[0].MPI_TAG == 7 && cnt == n, "Irecv status src %d tag %d count %d",
+          sts[0].MPI_SOURCE, sts[0].MPI_TAG, cnt);
+    CHECK(hostgot == next, "host Irecv beside device Irecv got %d", hostgot);
+    /* a shorter message into a longer device buffer leaves the tail untouched */
+    int *big = dev_ints(n, 77);
+    MPI_Sendrecv(s, 10, MPI_INT, next, 9, big, n, MPI_INT, prev, 9, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, MPI_INT, &cnt);
+    CHECK(cnt == 10, "short message count %d", cnt);
+    int *h = malloc(n * sizeof(int));
+    CUDACHECK(cudaMemcpy(h, big, n * sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(h[0] == prev * 1000 + 1 && h[9] == prev * 1000 + 28 && h[10] == 77 + 31 && h[n - 1] == 77 + (n - 1) * 3 + 1,
+          "short message into long buffer: %d %d %d %d", h[0], h[9], h[10], h[n - 1]);
+    /* Test loop on a device Irecv */
+    MPI_Request q;
+    int flag = 0;
+    MPI_Irecv(big, n, MPI_INT, prev, 11, MPI_COMM_WORLD, &q);
+    MPI_Send(s, n, MPI_INT, next, 11, MPI_COMM_WORLD);
+    while (!flag) MPI_Test(&q, &flag, &st);
+    check_dev_ints(big, n, prev * 1000, "Irecv+Test");
+    free(h);
+    cudaFree(s);
+    cudaFree(r);
+    cudaFree(big);
+}
+
+static void test_memory_kinds(int distinct)
+{
+    const int n = 4099;
+    /* managed memory: correct either way; NCCL route when each rank has its own GPU */
+    int *m;
+    CUDACHECK(cudaMallocManaged((void **)&m, 2 * n * sizeof(int), cudaMemAttachGlobal));
+    for (int i = 0; i < n; i++) m[i] = rank + i;
+    nm_stats_view_t before = gpu_stats("Allreduce");
+    MPI_Allreduce(m, m + n, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CUDACHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < n; i++)
+        if (m[n + i] != size * i + size * (size - 1) / 2) {
+            CHECK(0, "managed Allreduce element %d = %d", i, m[n + i]);
+            break;
+        }
+    nm_stats_view_t after = gpu_stats("Allreduce");
+    if (before.calls != (unsigned long long)-1)
+        CHECK(after.route[distinct ? 1 : 2] == before.route[distinct ? 1 : 2] + 1, "managed memory route");
+    cudaFree(m);
+    /* pinned host memory (cudaMallocHost): the real MPI, unchanged */
+    int *p;
+    CUDACHECK(cudaMallocHost((void **)&p, 2 * n * sizeof(int)));
+    for (int i = 0; i < n; i++) p[i] = rank * 2 + i;
+    before = gpu_stats("Allreduce");
+    MPI_Allreduce(p, p + n, n, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    for (int i = 0; i < n; i++)
+        if (p[n + i] != (size - 1) * 2 + i) {
+            CHECK(0, "pinned Allreduce element %d = %d", i, p[n + i]);
+            break;
+        }
+    after = gpu_stats("Allreduce");
+    if (before.calls != (unsigned long long)-1)
+        CHECK(after.route[1] == before.route[1] && after.route[2] == before.route[2], "pinned memory must take the host route");
+    cudaFreeHost(p);
+}
+
+/* NCCLMPI_AGREE=1: even ranks pass host buffers, odd ranks device buffers, in one Allreduce */
+static void test_mixed(void)
+{
+    const int n = 1000;
+    int *h = malloc(n * sizeof(int)), *res = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) h[i] = rank * 10 + i;
+    int *sd = NULL, *rd = NULL;
+    if (rank % 2) {
+        CUDACHECK(cudaMalloc((void **)&sd, n * sizeof(int)));
+        CUDACHECK(cudaMalloc((void **)&rd, n * sizeof(int)));
+        CUDACHECK(cudaMemcpy(sd, h, n * sizeof(int), cudaMemcpyHostToDevice));
+        MPI_Allreduce(sd, rd, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CUDACHECK(cudaMemcpy(res, rd, n * sizeof(int), cudaMemcpyDeviceToHost));
+    } else {
+        MPI_Allreduce(h, res, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    for (int i = 0; i < n; i++)
+        if (res[i] != 10 * size * (size - 1) / 2 + size * i) {
+            CHECK(0, "mixed host/device Allreduce element %d = %d", i, res[i]);
+            break;
+        }
+    free(h);
+    free(res);
+    cudaFree(sd);
+    cudaFree(rd);
+}
+
+static void test_errors(int ndev)
+{
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    int *d = dev_ints(16, 0), cls = 0, rc;
+    MPI_Request req;
+    rc = MPI_Send_init(d, 16, MPI_INT, rank, 1, c, &req);
+    MPI_Error_class(rc, &cls);
+    CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_UNSUPPORTED_OPERATION, "persistent send on device buffer: rc %d class %d", rc, cls);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    CHECK(strstr(msg, "MPI_Send_init") != NULL, "error string names the call: \"%s\"", msg);
+    /* a negative count on device buffers: the real MPI's class, as without ncclmpi */
+    rc = MPI_Allreduce(d, d + 8, -1, MPI_INT, MPI_SUM, c);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COUNT, "negative count: class %d", cls);
+    if (ndev >= 2) { /* send and receive buffers on two devices */
+        int cur, other;
+        cudaGetDevice(&cur);
+        other = (cur + 1) % ndev;
+        int *o;
+        CUDACHECK(cudaSetDevice(other));
+        CUDACHECK(cudaMalloc((void **)&o, 64));
+        CUDACHECK(cudaSetDevice(cur));
+        rc = MPI_Allreduce(d, o, 4, MPI_INT, MPI_SUM, c);
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_BUFFER, "buffers on two devices: class %d", cls);
+        cudaFree(o);
+    }
+    cudaFree(d);
+    MPI_Comm_free(&c);
+}
+
+static void test_lifecycle(void)
+{
+    const int n = 257;
+    for (int it = 0; it < 6; it++) {
+        MPI_Comm c;
+        if (it % 2) MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        else MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &c);
+        int cs, cr;
+        MPI_Comm_size(c, &cs);
+        MPI_Comm_rank(c, &cr);
+        float *d, *h = malloc(n * sizeof(float));
+        CUDACHECK(cudaMalloc((void **)&d, n * sizeof(float)));
+        for (int i = 0; i < n; i++) h[i] = (float)(cr + it + i);
+        CUDACHECK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+        MPI_Allreduce(MPI_IN_PLACE, d, n, MPI_FLOAT, MPI_SUM, c);
+        CUDACHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; i++)
+            if (h[i] != (float)(cs * (it + i) + cs * (cs - 1) / 2)) {
+                CHECK(0, "lifecycle %d element %d = %g", it, i, h[i]);
+                break;
+            }
+        cudaFree(d);
+        free(h);
+        MPI_Comm_free(&c);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int ndev;
+    int distinct = gpu_select(&ndev);
+    /* give MPI_COMM_WORLD its NCCL comm first, so the lifecycle comms are derived by split */
+    float *w;
+    CUDACHECK(cudaMalloc((void **)&w, 64));
+    CUDACHECK(cudaMemset(w, 0, 64));
+    MPI_Allreduce(MPI_IN_PLACE, w, 16, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    cudaFree(w);
+    test_p2p();
+    test_memory_kinds(distinct);
+    const char *agree = getenv("NCCLMPI_AGREE");
+    if (agree && agree[0] == '1') test_mixed();
+    test_errors(ndev);
+    test_lifecycle();
+    int total;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("gpu_misc: %d ranks, %d GPU(s): %d failure(s)\n", size, ndev, total);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
