@@ -38,6 +38,13 @@ for np in 1 $([ "$ngpu" -ge 2 ] && echo 2) $([ "$ngpu" -ge 4 ] && echo 4); do
   echo "== coll_bench np=$np" >> "$OUT/bench.txt"
   timeout 300 $run -np $np ./bench/coll_bench -b 8 -e $emax -f 4 -o "$OUT/bench_np$np.csv" >> "$OUT/bench.txt" 2>&1
 done
-echo "== coll_bench np=1, NCCLMPI_STREAM_ORDER=0 (cost of ordering after the default stream)" >> "$OUT/bench.txt"
-NCCLMPI_STREAM_ORDER=0 timeout 120 $run -x NCCLMPI_STREAM_ORDER -np 1 ./bench/coll_bench -b 8 -e 1M -f 16 -c allreduce,bcast -o "$OUT/bench_noorder.csv" >> "$OUT/bench.txt" 2>&1
+echo "== coll_bench np=1, NCCLMPI_CALC_STREAM=0 (blocking calls on the comm stream, event-ordered)" >> "$OUT/bench.txt"
+NCCLMPI_CALC_STREAM=0 timeout 120 $run -x NCCLMPI_CALC_STREAM -np 1 ./bench/coll_bench -b 8 -e 1M -f 16 -c allreduce,bcast -o /tmp/bench_noorder.csv >> "$OUT/bench.txt" 2>&1
+echo "== coll_bench np=1, NCCLMPI_AGREE=1 (cost of route agreement)" >> "$OUT/bench.txt"
+NCCLMPI_AGREE=1 timeout 120 $run -x NCCLMPI_AGREE -np 1 ./bench/coll_bench -b 8 -e 1M -f 16 -c allreduce -o /tmp/bench_agree.csv >> "$OUT/bench.txt" 2>&1
+echo "== NCCL communicator creation: fresh init vs split from the parent (NCCLMPI_LOG=INFO)" >> "$OUT/bench.txt"
+for split in 1 0; do
+  NCCLMPI_SPLIT=$split NCCLMPI_LOG=INFO NCCLMPI_LOG_SUBSYS=INIT timeout 120 $run -x NCCLMPI_SPLIT -x NCCLMPI_LOG -x NCCLMPI_LOG_SUBSYS -np 1 ./test/gpu/gpu_misc 2>&1 | grep -E "ncclComm(InitRank|Split) in" | sed "s/^/SPLIT=$split: /" >> "$OUT/bench.txt"
+done
+python3 ./../bench/plot.py "$OUT/bench.png" "$OUT"/bench_np*.csv >> "$OUT/bench.txt" 2>&1 || true
 cat "$OUT/bench.txt"

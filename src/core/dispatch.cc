@@ -288,6 +288,11 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
         return 1;
     }
     case NCCLMPI_ROUTE_STAGED: {
+        if (!c.any_host && stage_pipeline_applies(o)) {
+            st = stage_pipelined(o, cs, c.device, rc);
+            if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
+            return 1;
+        }
         Stage *s = nullptr;
         st = stage_in(o, b, nb, &s);
         if (st != NM_OK) {

@@ -4,10 +4,12 @@
 #include <hwloc.h>
 #include <string.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/process_group.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -53,7 +55,12 @@ Device *device_get(int ordinal)
     {
         DeviceGuard dg(d->ctx);
         NM_CU_CHECK(cu.cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING), delete d; return nullptr);
+        NM_CU_CHECK(cu.cuStreamCreate(&d->stream2, CU_STREAM_NON_BLOCKING), delete d; return nullptr);
         NM_CU_CHECK(cu.cuEventCreate(&d->order_ev, CU_EVENT_DISABLE_TIMING), delete d; return nullptr);
+        for (int i = 0; i < 2; i++) {
+            NM_CU_CHECK(cu.cuEventCreate(&d->in_ev[i], CU_EVENT_DISABLE_TIMING), delete d; return nullptr);
+            NM_CU_CHECK(cu.cuEventCreate(&d->out_ev[i], CU_EVENT_DISABLE_TIMING), delete d; return nullptr);
+        }
     }
     d->numa = numa_of(ordinal);
     NM_INFO(STAGE, "device %d: staging through NUMA node %d", ordinal, d->numa);
@@ -213,6 +220,75 @@ nm_status_t stage_finish(Stage *s)
             NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, s->r[i].len,
                                          s->dev->stream), st = NM_ERR_CUDA);
     if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(s->dev->stream), st = NM_ERR_CUDA);
+    return st;
+}
+
+bool stage_pipeline_applies(const nm_op_t *o)
+{
+    if ((o->flags & NM_OPF_NB) || nm_cfg.AGREE) return false;  // every rank must chunk alike
+    if (o->kind != NM_OPK_ALLREDUCE && o->kind != NM_OPK_REDUCE && o->kind != NM_OPK_BCAST && o->kind != NM_OPK_SCAN)
+        return false;
+    const DtypeInfo *d = dtype_info(o->rtype);
+    return d && d->contig && (double)o->rcount * d->size > 2.0 * nm_cfg.STAGE_CHUNK;
+}
+
+nm_status_t stage_pipelined(const nm_op_t *o, const CommState *cs, int device, int *mpi_rc)
+{
+    const DtypeInfo *d = dtype_info(o->rtype);
+    const size_t esz = (size_t)d->extent;
+    const bool root = (o->kind == NM_OPK_REDUCE || o->kind == NM_OPK_BCAST) ? cs->rank == o->root : true;
+    const bool inplace = o->sbuf == MPI_IN_PLACE;
+    const char *src = (const char *)(inplace || o->kind == NM_OPK_BCAST ? o->rbuf : o->sbuf) + d->true_lb;
+    char *dst = (char *)o->rbuf + d->true_lb;
+    const bool in = o->kind != NM_OPK_BCAST || root;           // this rank copies data in
+    const bool out = o->kind == NM_OPK_BCAST ? !root : o->kind != NM_OPK_REDUCE || root;  // and results out
+    Device *dev = device_get(device);
+    if (!dev) return NM_ERR_CUDA;
+    const size_t ce = nm_cfg.STAGE_CHUNK / esz ? nm_cfg.STAGE_CHUNK / esz : 1;
+    const long long nchunks = ((long long)o->rcount + (long long)ce - 1) / (long long)ce;
+    size_t cls[2];
+    char *slot[2] = {(char *)pinned_get(ce * esz, dev, &cls[0]), (char *)pinned_get(ce * esz, dev, &cls[1])};
+    nm_status_t st = slot[0] && slot[1] ? NM_OK : NM_ERR_NO_MEM;
+    *mpi_rc = MPI_SUCCESS;
+    DeviceGuard g(dev->ctx);
+    if (st == NM_OK) st = order_after_app(dev, dev->stream);
+    if (st == NM_OK) st = order_after_app(dev, dev->stream2);
+    auto elems = [&](long long k) { return (int)std::min<long long>((long long)ce, o->rcount - k * (long long)ce); };
+    auto copy_in = [&](long long k) -> nm_status_t {
+        if (!in) return NM_OK;
+        NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)slot[k & 1], (CUdeviceptr)(src + k * ce * esz), elems(k) * esz,
+                                     dev->stream), return NM_ERR_CUDA);
+        NM_CU_CHECK(cu.cuEventRecord(dev->in_ev[k & 1], dev->stream), return NM_ERR_CUDA);
+        return NM_OK;
+    };
+    if (st == NM_OK && nchunks) st = copy_in(0);
+    for (long long k = 0; k < nchunks && st == NM_OK && *mpi_rc == MPI_SUCCESS; k++) {
+        if (out && k >= 1 && k + 1 < nchunks) cu.cuEventSynchronize(dev->out_ev[(k + 1) & 1]);  // slot free again
+        if (k + 1 < nchunks && (st = copy_in(k + 1)) != NM_OK) break;
+        if (in) cu.cuEventSynchronize(dev->in_ev[k & 1]);
+        else if (out && k >= 2) cu.cuEventSynchronize(dev->out_ev[k & 1]);
+        void *h = slot[k & 1];
+        int n = elems(k);
+        switch (o->kind) {
+        case NM_OPK_ALLREDUCE: *mpi_rc = PMPI_Allreduce(MPI_IN_PLACE, h, n, o->rtype, o->op, o->comm); break;
+        case NM_OPK_SCAN: *mpi_rc = PMPI_Scan(MPI_IN_PLACE, h, n, o->rtype, o->op, o->comm); break;
+        case NM_OPK_REDUCE:
+            *mpi_rc = root ? PMPI_Reduce(MPI_IN_PLACE, h, n, o->rtype, o->op, o->root, o->comm)
+                           : PMPI_Reduce(h, nullptr, n, o->rtype, o->op, o->root, o->comm);
+            break;
+        default: *mpi_rc = PMPI_Bcast(h, n, o->rtype, o->root, o->comm); break;
+        }
+        if (out && *mpi_rc == MPI_SUCCESS) {
+            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(dst + k * ce * esz), (CUdeviceptr)h, (size_t)n * esz, dev->stream2),
+                        st = NM_ERR_CUDA);
+            NM_CU_CHECK(cu.cuEventRecord(dev->out_ev[k & 1], dev->stream2), st = NM_ERR_CUDA);
+        }
+    }
+    cu.cuStreamSynchronize(dev->stream);
+    cu.cuStreamSynchronize(dev->stream2);
+    for (int i = 0; i < 2; i++)
+        if (slot[i]) pinned_put(slot[i], cls[i]);
+    NM_DEBUG(STAGE, "%s: %lld chunks of %zu bytes pipelined", nm_opkind_name(o->kind), nchunks, ce * esz);
     return st;
 }
 

@@ -15,8 +15,10 @@ namespace ncclmpi {
 struct Device {
     int ordinal = -1;
     CUcontext ctx = nullptr;
-    CUstream stream = nullptr;
+    CUstream stream = nullptr;   // device-to-host copies
+    CUstream stream2 = nullptr;  // host-to-device copies (both directions overlap in a pipeline)
     CUevent order_ev = nullptr;
+    CUevent in_ev[2] = {nullptr, nullptr}, out_ev[2] = {nullptr, nullptr};
     int numa = -1;  // NUMA node closest to the GPU, -1 unknown
 };
 Device *device_get(int ordinal);
@@ -32,6 +34,13 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
 // Copy what the call wrote back to the device buffers (synchronous).
 nm_status_t stage_finish(Stage *s);
 void stage_release(Stage *s);
+
+struct CommState;
+// Large blocking elementwise collectives (allreduce, reduce, bcast, scan) on device buffers:
+// chunks of NCCLMPI_STAGE_CHUNK bytes, copy-in of chunk k+1 and copy-out of chunk k-1 overlap
+// the real MPI's work on chunk k. *mpi_rc gets the real MPI's return code.
+bool stage_pipeline_applies(const nm_op_t *o);
+nm_status_t stage_pipelined(const nm_op_t *o, const CommState *cs, int device, int *mpi_rc);
 
 // Pinned host memory from the pool (NUMA-local to `dev` when hwloc can tell).
 void *pinned_get(size_t bytes, Device *dev, size_t *got);

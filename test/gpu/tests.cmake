@@ -8,10 +8,20 @@ foreach(np 1 2 3 4)
   set_tests_properties(gpu_coll_np${np} gpu_misc_np${np} gpu_stream_np${np}
                        PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
-# the staged path on every rank, whatever the GPUs
-add_test(gpu_coll_np2_staged ${GRUN} 2 "${B}/test/gpu/gpu_coll" --quick)
+# the staged path on every rank, whatever the GPUs; small chunks so large counts pipeline
+add_test(gpu_coll_np2_staged ${GRUN} 2 "${B}/test/gpu/gpu_coll")
 set_tests_properties(gpu_coll_np2_staged PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "NCCLMPI_FORCE_STAGED=1")
+                     ENVIRONMENT "NCCLMPI_FORCE_STAGED=1;NCCLMPI_STAGE_CHUNK=64K")
+add_test(gpu_coll_np3_pipelined ${GRUN} 3 "${B}/test/gpu/gpu_coll")
+set_tests_properties(gpu_coll_np3_pipelined PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_STAGE_CHUNK=48K")
+# blocking calls on the comm stream (event-ordered) instead of the default stream
+add_test(gpu_coll_np1_commstream ${GRUN} 1 "${B}/test/gpu/gpu_coll" --quick)
+set_tests_properties(gpu_coll_np1_commstream PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_CALC_STREAM=0")
+add_test(gpu_stream_np1_commstream ${GRUN} 1 "${B}/test/gpu/gpu_stream")
+set_tests_properties(gpu_stream_np1_commstream PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_CALC_STREAM=0")
 # ranks mixing host and device buffers in one collective
 add_test(gpu_misc_np3_agree ${GRUN} 3 "${B}/test/gpu/gpu_misc")
 set_tests_properties(gpu_misc_np3_agree PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77

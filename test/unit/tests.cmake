@@ -1,2 +1,6 @@
 add_test(unit_route "${B}/test/unit/test_route")
-set_tests_properties(unit_route PROPERTIES LABELS "unit" TIMEOUT 60)
+add_test(unit_lint sh "${S}/test/unit/lint.sh" "${S}")
+add_test(unit_exports sh "${S}/test/unit/exports.sh" "${B}")
+set_tests_properties(unit_route unit_lint unit_exports PROPERTIES LABELS "unit" TIMEOUT 60)
+add_test(unit_config_doc sh "${S}/test/unit/config_doc.sh" "${B}" "${S}")
+set_tests_properties(unit_config_doc PROPERTIES LABELS "unit" TIMEOUT 60)
