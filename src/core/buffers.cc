@@ -64,6 +64,25 @@ struct Builder {
 
 }  // namespace
 
+bool is_root_side(const nm_op_t *o, const CommState *cs)
+{
+    return cs && (cs->inter ? o->root == MPI_ROOT : o->root == cs->rank);
+}
+
+bool stype_used(const nm_op_t *o, const CommState *cs)
+{
+    if (o->sbuf == MPI_IN_PLACE) return false;
+    if (o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) return is_root_side(o, cs);
+    return o->stype != MPI_DATATYPE_NULL;
+}
+
+bool rtype_used(const nm_op_t *o, const CommState *cs)
+{
+    if (o->kind == NM_OPK_GATHER || o->kind == NM_OPK_GATHERV) return is_root_side(o, cs);
+    if ((o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) && o->rbuf == MPI_IN_PLACE) return false;
+    return o->rtype != MPI_DATATYPE_NULL;
+}
+
 int op_buffers(const nm_op_t *o, const CommState *cs, BufRef out[2])
 {
     Builder bl{out};

@@ -24,6 +24,12 @@ struct BufRef {
     int device;
 };
 
+// Rooted collectives: is this rank the root (intercomm: MPI_ROOT)?
+bool is_root_side(const nm_op_t *o, const CommState *cs);
+// Datatype arguments significant on this rank (the others may be garbage or MPI_DATATYPE_NULL).
+bool stype_used(const nm_op_t *o, const CommState *cs);
+bool rtype_used(const nm_op_t *o, const CommState *cs);
+
 // Up to two buffers. Returns their number, or -1 when an argument is invalid (the caller then
 // leaves the call to the real MPI, which reports it with the standard error class).
 int op_buffers(const nm_op_t *o, const CommState *cs, BufRef out[2]);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/buffers.h"
 #include "core/dtype.h"
 #include "route/route.h"
 #include "util/log.h"
@@ -52,8 +53,10 @@ struct P2P {
 
 nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
 {
-    const DtypeInfo *sd = o->stype != MPI_DATATYPE_NULL ? dtype_info(o->stype) : nullptr;
-    const DtypeInfo *rd = o->rtype != MPI_DATATYPE_NULL ? dtype_info(o->rtype) : nullptr;
+    CommState *cs = comm_state(o->comm);
+    const DtypeInfo *sd = stype_used(o, cs) ? dtype_info(o->stype) : nullptr;
+    const DtypeInfo *rd = rtype_used(o, cs) ? dtype_info(o->rtype) : nullptr;
+    if (!rd) rd = sd;  // reductions and bcast describe one type; in-place sends have none
     const bool inplace = o->sbuf == MPI_IN_PLACE;
     const int rank = pg.rank(), n = pg.size();
     const ncclDataType_t ty = (ncclDataType_t)(rd ? rd->nccl_type : 0);

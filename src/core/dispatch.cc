@@ -164,22 +164,6 @@ Classified classify(BufRef *b, int nb, Memo &memo)
     return c;
 }
 
-bool is_root_side(const nm_op_t *o, const CommState *cs) { return cs && (cs->inter ? o->root == MPI_ROOT : o->root == cs->rank); }
-
-// Datatype arguments that are significant on this rank (the others may be garbage).
-bool stype_used(const nm_op_t *o, const CommState *cs)
-{
-    if (o->sbuf == MPI_IN_PLACE) return false;
-    if (o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) return is_root_side(o, cs);
-    return o->stype != MPI_DATATYPE_NULL;
-}
-bool rtype_used(const nm_op_t *o, const CommState *cs)
-{
-    if (o->kind == NM_OPK_GATHER || o->kind == NM_OPK_GATHERV) return is_root_side(o, cs);
-    if ((o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) && o->rbuf == MPI_IN_PLACE) return false;
-    return o->rtype != MPI_DATATYPE_NULL;
-}
-
 long long bytes_of(const DtypeInfo *d, long long count) { return d ? count * (long long)d->size : -1; }
 
 nm_route_in_t route_input(const nm_op_t *o, const CommState *cs, const Classified &c)

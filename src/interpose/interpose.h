@@ -21,6 +21,7 @@ extern "C" {
 #define NM_EXPORT __attribute__((visibility("default")))
 #define NM_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 #define NM_WEAK __attribute__((weak))
+#define NM_NOINLINE __attribute__((noinline))
 
 /* State read by every wrapper. `slow` is set once the CUDA driver is in the process (or when a
  * setting needs every call described); `tail` is the last loaded object we have looked at: a

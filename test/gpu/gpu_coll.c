@@ -139,15 +139,20 @@ static int run_coll(const tcase_t *t, int pm, const void *sb, void *rb, const la
         case ALLTOALLW: return CALL(pm, Alltoallw, s, L->scounts, L->wsd, L->wst, rb, L->rcounts, L->wrd, L->wrt, cm);
         case REDUCE_SCATTER: return CALL(pm, Reduce_scatter, s, rb, L->rcounts, dt, t->op, cm);
         case REDUCE_SCATTER_BLOCK: return CALL(pm, Reduce_scatter_block, s, rb, c, dt, t->op, cm);
-        case GATHER: return CALL(pm, Gather, crank == r ? s : sb, c, dt, crank == r ? rb : NULL, c, dt, r, cm);
+        /* arguments the standard ignores on non-roots get NULL, -1 and MPI_DATATYPE_NULL */
+        case GATHER:
+            return CALL(pm, Gather, crank == r ? s : sb, c, dt, crank == r ? rb : NULL, crank == r ? c : -1,
+                        crank == r ? dt : MPI_DATATYPE_NULL, r, cm);
         case GATHERV:
-            return CALL(pm, Gatherv, crank == r ? s : sb, L->rcounts[crank], dt, crank == r ? rb : NULL, L->rcounts,
-                        L->rdispls, dt, r, cm);
-        case SCATTER:
-            return CALL(pm, Scatter, crank == r ? sb : NULL, c, dt, (t->inplace && crank == r) ? MPI_IN_PLACE : rb, c, dt,
+            return CALL(pm, Gatherv, crank == r ? s : sb, L->rcounts[crank], dt, crank == r ? rb : NULL,
+                        crank == r ? L->rcounts : NULL, crank == r ? L->rdispls : NULL, crank == r ? dt : MPI_DATATYPE_NULL,
                         r, cm);
+        case SCATTER:
+            return CALL(pm, Scatter, crank == r ? sb : NULL, crank == r ? c : -1, crank == r ? dt : MPI_DATATYPE_NULL,
+                        (t->inplace && crank == r) ? MPI_IN_PLACE : rb, c, dt, r, cm);
         case SCATTERV:
-            return CALL(pm, Scatterv, crank == r ? sb : NULL, L->scounts, L->sdispls, dt,
+            return CALL(pm, Scatterv, crank == r ? sb : NULL, crank == r ? L->scounts : NULL,
+                        crank == r ? L->sdispls : NULL, crank == r ? dt : MPI_DATATYPE_NULL,
                         (t->inplace && crank == r) ? MPI_IN_PLACE : rb, L->scounts[crank], dt, r, cm);
         case SCAN: return CALL(pm, Scan, s, rb, c, dt, t->op, cm);
         case EXSCAN: return CALL(pm, Exscan, s, rb, c, dt, t->op, cm);
@@ -161,8 +166,9 @@ static int run_coll(const tcase_t *t, int pm, const void *sb, void *rb, const la
     case ALLTOALLV: return CALL(pm, Ialltoallv, s, L->scounts, L->sdispls, dt, rb, L->rcounts, L->rdispls, dt, cm, req);
     case REDUCE_SCATTER_BLOCK: return CALL(pm, Ireduce_scatter_block, s, rb, c, dt, t->op, cm, req);
     case GATHERV:
-        return CALL(pm, Igatherv, crank == r ? s : sb, L->rcounts[crank], dt, crank == r ? rb : NULL, L->rcounts,
-                    L->rdispls, dt, r, cm, req);
+        return CALL(pm, Igatherv, crank == r ? s : sb, L->rcounts[crank], dt, crank == r ? rb : NULL,
+                    crank == r ? L->rcounts : NULL, crank == r ? L->rdispls : NULL, crank == r ? dt : MPI_DATATYPE_NULL,
+                    r, cm, req);
     case SCAN: return CALL(pm, Iscan, s, rb, c, dt, t->op, cm, req);
     default: return MPI_ERR_OTHER;
     }
