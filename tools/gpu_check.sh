@@ -10,6 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 mode=${1:-full}
 ngpu=$(nvidia-smi -L | wc -l)
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$OUT/machine.txt" 2>&1
+repo=$PWD
 tarball=$(ls "$PWD"/.dist/ncclmpi-*.tar.gz | head -1)
 rm -rf /tmp/nm && mkdir -p /tmp/nm && tar -C /tmp/nm -xzf "$tarball" && cd /tmp/nm/ncclmpi-*/ || exit 1
 src=$PWD
@@ -27,6 +28,14 @@ echo "== ctest ($labels): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log"
 grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Skipped|Not Run)|gpu_coll:|gpu_misc:|gpu_stream:" "$OUT/ctest.log" | head -40
 
 lib=$PWD/.libs/libncclmpi.so
+# Fortran device tests: built on the development machine (no gfortran here) and carried in .dist/
+if ls "$repo"/.dist/fortran/f_device_* >/dev/null 2>&1; then
+  for prog in "$repo"/.dist/fortran/f_device_*; do
+    for np in 1 2; do
+      echo "== $(basename "$prog") np=$np: $(timeout 120 test/run_mpi.sh $np preload "$prog" 2>&1 | grep -E 'f_device|FAIL' | tr '\n' ' ')"
+    done
+  done | tee -a "$OUT/ctest.log"
+fi
 {
   echo "== classify cost (1 rank): without / with libncclmpi"
   ./bench/classify_cost 1000000

@@ -107,7 +107,7 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
     case NM_OPK_ALLTOALL:
         return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
             size_t blk = cnt * rd->size;
-            const char *src = at(o->sbuf, sd);
+            const char *src = inplace ? nullptr : at(o->sbuf, sd);
             if (inplace) {  // NCCL's alltoall is out of place: send from a copy
                 char *tmp = (char *)g.scratch(blk * n);
                 if (!tmp) return NM_ERR_NO_MEM;

@@ -91,7 +91,7 @@ extern "C" nm_memkind_t nm_mem_kind(const void *p, int *dev)
 
 extern "C" int nm_mem_is_device(const void *p)
 {
-    if (!cuda_attached()) return 0;
+    if (!cuda_attached() && !nm_linkmap_refresh()) return 0;
     nm_memkind_t k = nm_mem_kind(p, nullptr);
     return k == NM_MEM_DEVICE || (k == NM_MEM_MANAGED && managed_as_device);
 }
