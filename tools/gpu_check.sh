@@ -51,6 +51,7 @@ echo "== coll_bench np=1, NCCLMPI_CALC_STREAM=0 (blocking calls on the comm stre
 NCCLMPI_CALC_STREAM=0 timeout 120 $run -x NCCLMPI_CALC_STREAM -np 1 ./bench/coll_bench -b 8 -e 1M -f 16 -c allreduce,bcast -o /tmp/bench_noorder.csv >> "$OUT/bench.txt" 2>&1
 echo "== coll_bench np=1, NCCLMPI_AGREE=1 (cost of route agreement)" >> "$OUT/bench.txt"
 NCCLMPI_AGREE=1 timeout 120 $run -x NCCLMPI_AGREE -np 1 ./bench/coll_bench -b 8 -e 1M -f 16 -c allreduce -o /tmp/bench_agree.csv >> "$OUT/bench.txt" 2>&1
+for np in 2 4 8; do timeout 60 mpirun --oversubscribe --bind-to none -np $np ./bench/agree_cost >> "$OUT/bench.txt" 2>&1; done
 echo "== NCCL communicator creation: fresh init vs split from the parent (NCCLMPI_LOG=INFO)" >> "$OUT/bench.txt"
 for split in 1 0; do
   NCCLMPI_SPLIT=$split NCCLMPI_LOG=INFO NCCLMPI_LOG_SUBSYS=INIT timeout 120 $run -x NCCLMPI_SPLIT -x NCCLMPI_LOG -x NCCLMPI_LOG_SUBSYS -np 1 ./test/gpu/gpu_misc 2>&1 | grep -E "ncclComm(InitRank|Split) in" | sed "s/^/SPLIT=$split: /" >> "$OUT/bench.txt"

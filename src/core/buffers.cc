@@ -1,7 +1,7 @@
 // ncclmpi: significance and spans of buffers, per operation kind (MPI-3.1 chapters 3 and 5).
 #include "core/buffers.h"
 
-#include "core/process_group.h"
+#include "core/comm_state.h"
 
 namespace ncclmpi {
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/buffers.h"
+#include "core/comm_state.h"
 #include "core/dtype.h"
 #include "route/route.h"
 #include "util/log.h"

@@ -12,7 +12,7 @@
 #include "core/buffers.h"
 #include "core/coll_nccl.h"
 #include "core/memkind.h"
-#include "core/process_group.h"
+#include "core/comm_state.h"
 #include "core/staging.h"
 #include "core/task.h"
 #include "interpose/interpose.h"

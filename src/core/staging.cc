@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "core/process_group.h"
+#include "core/comm_state.h"
 #include "util/config.h"
 #include "util/log.h"
 

@@ -211,6 +211,49 @@ static void test_lifecycle(void)
     }
 }
 
+/* more than 2 GiB of bytes in one call (counts stay below INT_MAX elements) */
+static void test_large(void)
+{
+    size_t freeb = 0, totalb = 0;
+    cudaMemGetInfo(&freeb, &totalb);
+    int enough = freeb > ((size_t)8 << 30), all = 0;
+    MPI_Allreduce(&enough, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+        if (rank == 0) printf("gpu_misc: large test skipped (less than 8 GiB free)\n");
+        return;
+    }
+    const int n = (int)((((size_t)2 << 30) + ((size_t)64 << 20)) / sizeof(float)); /* 2.0625 GiB */
+    float *d;
+    CUDACHECK(cudaMalloc((void **)&d, (size_t)n * sizeof(float)));
+    float *h = malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) h[i] = (float)(i % 1000) + (float)rank;
+    CUDACHECK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    MPI_Allreduce(MPI_IN_PLACE, d, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    CUDACHECK(cudaMemcpy(h, d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i += 4099) /* sampled, plus the last element */
+        if (h[i] != (float)(size * (i % 1000) + size * (size - 1) / 2)) {
+            CHECK(0, "2 GiB Allreduce element %d = %g", i, h[i]);
+            break;
+        }
+    CHECK(h[n - 1] == (float)(size * ((n - 1) % 1000) + size * (size - 1) / 2), "2 GiB Allreduce last element %g", h[n - 1]);
+    /* a byte count above 2 GiB in one datatype-less move: Bcast as bytes of a contiguous type */
+    MPI_Datatype blk;
+    MPI_Type_contiguous(1024, MPI_FLOAT, &blk);
+    MPI_Type_commit(&blk);
+    if (rank == size - 1) for (int i = 0; i < n; i++) h[i] = (float)(i % 777);
+    if (rank == size - 1) CUDACHECK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    MPI_Bcast(d, n / 1024, blk, size - 1, MPI_COMM_WORLD);
+    CUDACHECK(cudaMemcpy(h, d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i += 4099)
+        if (h[i] != (float)(i % 777)) {
+            CHECK(0, "2 GiB Bcast element %d = %g", i, h[i]);
+            break;
+        }
+    MPI_Type_free(&blk);
+    free(h);
+    cudaFree(d);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -230,6 +273,7 @@ int main(int argc, char **argv)
     if (agree && agree[0] == '1') test_mixed();
     test_errors(ndev);
     test_lifecycle();
+    test_large();
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("gpu_misc: %d ranks, %d GPU(s): %d failure(s)\n", size, ndev, total);
