@@ -73,6 +73,16 @@ static int raise_error(const nm_op_t *o, nm_status_t st, const char *why)
     return code;
 }
 
+// Once per cause: say why device buffers took the slower staged path (later ones are counted,
+// NCCLMPI_STATS=1 prints them).
+static void note_staged(const nm_op_t *o, nm_why_t why)
+{
+    static bool said[NM_WHY_COUNT_];
+    if (why < 0 || why >= NM_WHY_COUNT_ || __atomic_exchange_n(&said[why], true, __ATOMIC_RELAXED)) return;
+    NM_INFO(ROUTE, "MPI_%s on device buffers goes through the staged path: %s (said once per cause)",
+            nm_fn_names[o->fn], nm_why_str(why));
+}
+
 // ---- lifecycle -------------------------------------------------------------------------------
 static int self_keyval = MPI_KEYVAL_INVALID;
 
@@ -258,6 +268,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
              cs ? cs->describe().c_str() : "", o->scount, o->rcount, o->root, c.device, nm_route_str(d.route),
              nm_why_str(d.why), pg ? pg->describe().c_str() : "");
     NM_COUNT_ROUTE(o->fn, d.route);
+    if (d.route == NCCLMPI_ROUTE_STAGED) note_staged(o, d.why);
 
     switch (d.route) {
     case NCCLMPI_ROUTE_NCCL: {

@@ -16,6 +16,7 @@ static const struct { const char *name; unsigned bit; } ss_names[] = {
     {"STAGE", NM_SS_STAGE}, {"CONFIG", NM_SS_CONFIG}, {"CALL", NM_SS_CALL}, {"ALL", NM_SS_ALL}};
 
 void nm_log_set_rank(int rank) { log_rank = rank; }
+int nm_log_rank(void) { return log_rank; }
 
 unsigned nm_log_parse_mask(const char *list)
 {

@@ -18,6 +18,7 @@ extern unsigned nm_log_mask;
 void nm_log_write(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void nm_log_set_rank(int rank);
+int nm_log_rank(void);
 unsigned nm_log_parse_mask(const char *list);
 
 #define NM_LOG(level, ss, ...)                                                                \

@@ -1,6 +1,7 @@
 /* ncclmpi: counters and their report. */
 #include "nm_build.h"
 #include "util/stats.h"
+#include "util/log.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,13 +45,14 @@ __attribute__((visibility("default"))) int ncclmpi_get_stats(const char *mpi_fun
 
 __attribute__((visibility("default"))) void ncclmpi_print_stats(void)
 {
-    fprintf(stderr, "[ncclmpi] %-22s %10s %10s %10s %10s %10s %10s\n", "function", "calls", "fortran", "host",
+    int r = nm_log_rank();
+    fprintf(stderr, "[ncclmpi r%d] %-22s %10s %10s %10s %10s %10s %10s\n", r, "function", "calls", "fortran", "host",
             "nccl", "staged", "error");
     for (int i = 0; i < NM_FN_COUNT; i++) {
         ncclmpi_stats_t s;
         ncclmpi_get_stats(nm_fn_names[i], &s);
         if (!s.calls && !s.fortran_calls) continue;
-        fprintf(stderr, "[ncclmpi] %-22s %10llu %10llu %10llu %10llu %10llu %10llu\n", nm_fn_names[i], s.calls,
+        fprintf(stderr, "[ncclmpi r%d] %-22s %10llu %10llu %10llu %10llu %10llu %10llu\n", r, nm_fn_names[i], s.calls,
                 s.fortran_calls, s.route[NCCLMPI_ROUTE_HOST], s.route[NCCLMPI_ROUTE_NCCL],
                 s.route[NCCLMPI_ROUTE_STAGED], s.route[NCCLMPI_ROUTE_ERROR]);
     }
