@@ -1,1 +1,59 @@
-# mpi tests: see test/mpi/Makefile.inc
+# Host-buffer MPI tests (label mpi): the programs of test/mpi/Makefile.inc under test/run_mpi.sh.
+#   preload  test/mpi/<prog> with LD_PRELOAD=libncclmpi.so    np 1 2 3 4   --ncclmpi=require
+#   linked   test/mpi/<prog>_linked (-lncclmpi)               np 1 2 3 4   --ncclmpi=require
+#   plain    test/mpi/<prog> without ncclmpi                  np 2 3       --ncclmpi=absent
+# --ncclmpi=require: the program fails unless every intercepted function it called entered
+# ncclmpi's wrapper and was routed to the host; --ncclmpi=absent: unless ncclmpi is absent.
+# (In a CTestTestfile add_test takes the plain form: add_test(name command args...).)
+set(NM_MPI_PROGRAMS coll_blocking coll_nonblocking p2p completion errors comm)
+foreach(prog IN LISTS NM_MPI_PROGRAMS)
+  foreach(np 1 2 3 4)
+    add_test(mpi_${prog}_np${np}_preload "${RUN}" ${np} preload "${B}/test/mpi/${prog}" --ncclmpi=require)
+    add_test(mpi_${prog}_np${np}_linked "${RUN}" ${np} linked "${B}/test/mpi/${prog}_linked" --ncclmpi=require)
+    set_tests_properties(mpi_${prog}_np${np}_preload mpi_${prog}_np${np}_linked PROPERTIES LABELS "mpi" TIMEOUT 120)
+  endforeach()
+  foreach(np 2 3)
+    add_test(mpi_${prog}_np${np}_plain "${RUN}" ${np} plain "${B}/test/mpi/${prog}" --ncclmpi=absent)
+    set_tests_properties(mpi_${prog}_np${np}_plain PROPERTIES LABELS "mpi" TIMEOUT 120)
+  endforeach()
+endforeach()
+
+# The same programs with their calls sent off ncclmpi's fast path (through nm_enter and the
+# call descriptor): --slow-path in common.h.
+foreach(prog IN LISTS NM_MPI_PROGRAMS)
+  add_test(mpi_${prog}_np3_preload_slowpath "${RUN}" 3 preload "${B}/test/mpi/${prog}" --ncclmpi=require
+    "--slow-path=${B}/test/mpi/.libs/libnm_tail.so")
+  set_tests_properties(mpi_${prog}_np3_preload_slowpath PROPERTIES LABELS "mpi" TIMEOUT 120)
+endforeach()
+
+# No NCCL or CUDA library is ever mapped into a host-only program, with the default settings
+# and with the settings that do more at MPI_Init and per call.
+foreach(np 1 2 3 4)
+  add_test(mpi_hostonly_np${np}_preload "${RUN}" ${np} preload "${B}/test/mpi/hostonly" --ncclmpi=require)
+  set_tests_properties(mpi_hostonly_np${np}_preload PROPERTIES LABELS "mpi" TIMEOUT 120)
+endforeach()
+add_test(mpi_hostonly_np3_linked "${RUN}" 3 linked "${B}/test/mpi/hostonly_linked" --ncclmpi=require)
+add_test(mpi_hostonly_np2_preload_eager "${RUN}" 2 preload "${B}/test/mpi/hostonly" --ncclmpi=require)
+set_tests_properties(mpi_hostonly_np3_linked mpi_hostonly_np2_preload_eager PROPERTIES LABELS "mpi" TIMEOUT 120)
+set_tests_properties(mpi_hostonly_np2_preload_eager PROPERTIES
+  ENVIRONMENT "NCCLMPI_EAGER=1;NCCLMPI_AGREE=1;NCCLMPI_STATS=1;NCCLMPI_LOG=INFO")
+
+# MPI_ERRORS_ARE_FATAL still aborts the job, with the error code as its exit status: 2 is
+# MPI_ERR_COUNT in Open MPI (rank 0 makes an MPI_Allreduce with count -1).
+foreach(mode preload linked plain)
+  if(mode STREQUAL "linked")
+    set(exe "${B}/test/mpi/errors_linked")
+  else()
+    set(exe "${B}/test/mpi/errors")
+  endif()
+  add_test(mpi_errors_fatal_np2_${mode} sh "${S}/test/mpi/expect_status.sh" 2 "${RUN}" 2 ${mode} "${exe}" --fatal)
+  set_tests_properties(mpi_errors_fatal_np2_${mode} PROPERTIES LABELS "mpi" TIMEOUT 120)
+endforeach()
+
+# every intercepted C function is called by some program above
+add_test(mpi_coverage sh "${S}/test/mpi/coverage.sh" "${S}" "${B}")
+set_tests_properties(mpi_coverage PROPERTIES LABELS "mpi" TIMEOUT 60)
+
+# startup time with and without LD_PRELOAD (prints medians; fails only if a run fails)
+add_test(mpi_startup_overhead sh "${S}/test/mpi/startup_overhead.sh" "${B}" 20)
+set_tests_properties(mpi_startup_overhead PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE)
