@@ -75,6 +75,24 @@ int main(int argc, char **argv)
                        w ? "device" : "host", t[3]);
             }
     }
+    /* which single attribute answers fastest for a host pointer (the common case) */
+    if (pga) {
+        struct { CUpointer_attribute a; const char *name; } cand[] = {
+            {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "MEMORY_TYPE"}, {CU_POINTER_ATTRIBUTE_CONTEXT, "CONTEXT"},
+            {CU_POINTER_ATTRIBUTE_IS_MANAGED, "IS_MANAGED"}, {CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "DEVICE_ORDINAL"},
+            {CU_POINTER_ATTRIBUTE_BUFFER_ID, "BUFFER_ID"}, {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, "RANGE_START_ADDR"}};
+        unsigned long long val[2];
+        void *vp[1] = {val};
+        for (size_t c = 0; c < sizeof(cand) / sizeof(cand[0]); c++) {
+            for (int rep = 0; rep < 7; rep++) {
+                double t0 = now();
+                for (long i = 0; i < n / 4; i++) pga(1, &cand[c].a, vp, (CUdeviceptr)&x);
+                t[rep] = (now() - t0) / (n / 4) * 1e9;
+            }
+            qsort(t, 7, sizeof(double), cmp);
+            printf("classify_cost: host pointer, attribute %-16s %.1f ns\n", cand[c].name, t[3]);
+        }
+    }
     cudaFree(dev);
     MPI_Finalize();
     return 0;

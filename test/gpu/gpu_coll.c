@@ -463,8 +463,10 @@ int main(int argc, char **argv)
     nm_stats_view_t s = gpu_stats("Allreduce");
     int route_bad = 0;
     if (s.calls != (unsigned long long)-1) {
-        if (distinct && s.route[1] == 0) route_bad = 1;               /* nccl */
-        if (!distinct && (s.route[1] != 0 || s.route[2] == 0)) route_bad = 1; /* staged only */
+        /* NCCL whenever a communicator's ranks have distinct GPUs: always with one GPU per rank,
+         * and on shared GPUs still for one-rank split communicators (np 2 and 3 here) */
+        int single_rank_split = size == 2 || size == 3 || size == 1;
+        if ((distinct || single_rank_split) && s.route[1] == 0) route_bad = 1;
         if (s.route[2] == 0) route_bad = 1; /* LAND/BXOR/MAXLOC/int16 always stage */
         if (route_bad)
             fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu staged=%llu host=%llu (distinct GPUs: %d)\n", rank,
