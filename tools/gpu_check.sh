@@ -2,7 +2,9 @@
 # tools/gpu_check.sh: the GPU job, one call on the device machine (see doc/gpu-testing.md).
 # Builds ncclmpi from the dist tarball in .dist/ (made here with `make dist`; the GPU machine
 # has no libtool), runs the unit, mpi and gpu CTest labels, then the benchmarks.
-# Logs go to $OUT (the device tool brings them back). Usage: tools/gpu_check.sh [quick]
+# Logs go to $OUT (the device tool brings them back).
+# Usage: tools/gpu_check.sh [full|quick|tests|multi]   (tests: gpu label only, no benchmarks;
+#        multi: gpu label, then coll_bench at one rank per GPU)
 set -u
 OUT=${OUT:-/tmp/nm-out}
 mkdir -p "$OUT"
@@ -23,6 +25,8 @@ echo "== build ok: $(grep -m1 'NCCL ' "$OUT/build.log")"
 
 labels="unit|gpu"
 [ "$mode" = full ] && labels="unit|mpi|gpu"
+[ "$mode" = tests ] && labels="gpu"
+[ "$mode" = multi ] && labels="gpu"
 timeout 420 ctest -L "$labels" --output-on-failure -j1 > "$OUT/ctest.log" 2>&1
 echo "== ctest ($labels): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
 grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Skipped|Not Run)|gpu_coll:|gpu_misc:|gpu_stream:" "$OUT/ctest.log" | head -40
@@ -35,6 +39,12 @@ if ls "$repo"/.dist/fortran/f_device_* >/dev/null 2>&1; then
       echo "== $(basename "$prog") np=$np: $(timeout 120 test/run_mpi.sh $np preload "$prog" 2>&1 | grep -E 'f_device|FAIL' | tr '\n' ' ')"
     done
   done | tee -a "$OUT/ctest.log"
+fi
+[ "$mode" = tests ] && exit 0  # tests only, no benchmarks
+if [ "$mode" = multi ]; then  # several GPUs, short lease: the benchmark at one rank per GPU only
+  timeout 200 mpirun --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_PRELOAD=$PWD/.libs/libncclmpi.so \
+    -np "$ngpu" ./bench/coll_bench -b 8 -e 256M -f 4 -o "$OUT/bench_np$ngpu.csv" 2>&1 | tee "$OUT/bench.txt"
+  exit 0
 fi
 {
   echo "== classify cost (1 rank): without / with libncclmpi"

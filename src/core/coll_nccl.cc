@@ -157,21 +157,16 @@ nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
             return x.post(g, s);
         }, task, post ? &post : nullptr);
     case NM_OPK_REDUCE_SCATTER_BLOCK:
+        // In place the input is the whole receive buffer and the result belongs at its start.
+        // Rank 0's block is already there; other ranks reduce into scratch and copy after, so
+        // the rest of the buffer keeps its input (as the real MPI leaves it).
         if (inplace && rank != 0)
-            post = [=](ProcessGroup &g, CUstream s) {
-                // the block moves left by rank*cnt elements: through scratch, as the ranges may overlap
-                char *tmp = (char *)g.scratch(cnt * rd->size + 1);
-                if (!tmp) return NM_ERR_NO_MEM;
-                nm_status_t st = d2d(tmp, at(o->rbuf, rd, cnt * rank), cnt * rd->size, s);
-                return st != NM_OK ? st : d2d(at(o->rbuf, rd), tmp, cnt * rd->size, s);
-            };
+            post = [=](ProcessGroup &g, CUstream s) { return d2d(at(o->rbuf, rd), g.scratch(0), cnt * rd->size, s); };
         return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            if (!inplace) {
-                NC(nccl.ncclReduceScatter(at(o->sbuf, sd), at(o->rbuf, rd), cnt, ty, rop, g.nccl_comm(), s));
-                return NM_OK;
-            }
-            // in place: input is the whole receive buffer, result belongs at its start
-            NC(nccl.ncclReduceScatter(at(o->rbuf, rd), at(o->rbuf, rd, cnt * rank), cnt, ty, rop, g.nccl_comm(), s));
+            const char *src = inplace ? at(o->rbuf, rd) : at(o->sbuf, sd);
+            char *dst = inplace && rank != 0 ? (char *)g.scratch(cnt * rd->size) : at(o->rbuf, rd);
+            if (!dst) return NM_ERR_NO_MEM;
+            NC(nccl.ncclReduceScatter(src, dst, cnt, ty, rop, g.nccl_comm(), s));
             return NM_OK;
         }, task, post ? &post : nullptr);
     case NM_OPK_REDUCE_SCATTER: {
