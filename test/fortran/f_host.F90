@@ -1,5 +1,8 @@
-! ncclmpi Fortran integration test, the mpi_f08 module (use mpi_f08): handles are derived types,
-! statuses are type(MPI_Status), ierror is optional (omitted on one call).
+! ncclmpi Fortran integration test on host buffers, built three times from this file:
+!   f_mpif    (default)     include 'mpif.h'
+!   f_usempi  -DUSE_MPI     use mpi
+!   f_f08     -DUSE_F08     use mpi_f08: handles are derived types, statuses type(MPI_Status),
+!                           ierror optional (omitted on one call)
 !
 ! Collectives, point-to-point and communicator splitting on host buffers, every result checked
 ! against a value computed in closed form from rank and size; outputs are poisoned before each
@@ -7,12 +10,18 @@
 ! (ncclmpi_get_stats(...).fortran_calls, read through stats_helper.c) must have grown by exactly
 ! the number of calls made, which proves ncclmpi saw the Fortran calls.
 !
-! usage: f_f08 [--expect-ncclmpi]   (or NCCLMPI_TEST_EXPECT=1): libncclmpi absent is a failure
-! f_mpif.f90, f_usempi.f90 and f_f08.f90 run the same checks; keep them in step.
-program f_f08
+! usage: f_<binding> [--expect-ncclmpi]   (or NCCLMPI_TEST_EXPECT=1): libncclmpi absent is a failure
+program f_host
+#if defined(USE_F08)
   use mpi_f08
+#elif defined(USE_MPI)
+  use mpi
+#endif
   use, intrinsic :: iso_c_binding, only: c_char, c_long_long, c_int, c_null_char
   implicit none
+#if !defined(USE_F08) && !defined(USE_MPI)
+  include 'mpif.h'
+#endif
 
   interface
     function nmt_fortran_calls(name) bind(C, name='nmt_fortran_calls') result(n)
@@ -31,7 +40,13 @@ program f_f08
     end function nmt_have_ncclmpi
   end interface
 
+#if defined(USE_F08)
   character(len=*), parameter :: PROG = 'f_f08'
+#elif defined(USE_MPI)
+  character(len=*), parameter :: PROG = 'f_usempi'
+#else
+  character(len=*), parameter :: PROG = 'f_mpif'
+#endif
   integer, parameter :: POISON = -999
   double precision, parameter :: DPOISON = -1.0d300
   ! counted functions: K_* index into FN, NCALL counts the calls this program makes
@@ -46,12 +61,20 @@ program f_f08
 
   integer :: ierr, rank, nproc, i, j, k, root, left, right, nerr, gerr, cnt
   integer :: color, key, subrank, subsize, want
+#ifdef USE_F08
   type(MPI_Comm) :: sub
+#else
+  integer :: sub
+#endif
   integer :: ibuf(8), sbuf(8), rbuf(8)
   integer, allocatable :: sa(:), ra(:), counts(:), displs(:)
   double precision :: dsend(3), drecv(3)
+#ifdef USE_F08
   type(MPI_Request) :: reqs(2), req
   type(MPI_Status) :: sts(2), st
+#else
+  integer :: reqs(2), req, sts(MPI_STATUS_SIZE, 2), st(MPI_STATUS_SIZE)
+#endif
   logical :: expect, have
 
   nerr = 0
@@ -211,8 +234,12 @@ program f_f08
   sbuf(1) = rank
   sbuf(2) = rank * rank
   sbuf(3) = 42
+#ifdef USE_F08
   sts(:)%MPI_SOURCE = POISON
   sts(:)%MPI_TAG = POISON
+#else
+  sts = POISON
+#endif
   call MPI_Irecv(rbuf, 3, MPI_INTEGER, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, reqs(1), ierr)
   call chk_rc(ierr, K_IRECV, 'MPI_Irecv')
   call MPI_Isend(sbuf, 3, MPI_INTEGER, right, 100 + rank, MPI_COMM_WORLD, reqs(2), ierr)
@@ -223,12 +250,23 @@ program f_f08
   call chk(rbuf(2), left * left, 'Irecv data (2)')
   call chk(rbuf(3), 42, 'Irecv data (3)')
   call chk(rbuf(4), POISON, 'Irecv wrote past count')
+#ifdef USE_F08
   call chk(sts(1)%MPI_SOURCE, left, 'Waitall status MPI_SOURCE')
   call chk(sts(1)%MPI_TAG, 100 + left, 'Waitall status MPI_TAG')
   call MPI_Get_count(sts(1), MPI_INTEGER, cnt, ierr)
+#else
+  call chk(sts(MPI_SOURCE, 1), left, 'Waitall status MPI_SOURCE')
+  call chk(sts(MPI_TAG, 1), 100 + left, 'Waitall status MPI_TAG')
+  call MPI_Get_count(sts(:, 1), MPI_INTEGER, cnt, ierr)
+#endif
   call chk(cnt, 3, 'Get_count of the Waitall status')
+#ifdef USE_F08
   call chk(reqs(1)%MPI_VAL, MPI_REQUEST_NULL%MPI_VAL, 'Waitall freed the receive request')
   call chk(reqs(2)%MPI_VAL, MPI_REQUEST_NULL%MPI_VAL, 'Waitall freed the send request')
+#else
+  call chk(reqs(1), MPI_REQUEST_NULL, 'Waitall freed the receive request')
+  call chk(reqs(2), MPI_REQUEST_NULL, 'Waitall freed the send request')
+#endif
 
   ! again with explicit source/tag and MPI_STATUSES_IGNORE
   rbuf = POISON
@@ -240,22 +278,35 @@ program f_f08
   call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE, ierr)
   call chk_rc(ierr, K_WAITALL, 'MPI_Waitall (statuses ignored)')
   call chk(rbuf(1), 5 * left + 3, 'Irecv data, statuses ignored')
+#ifdef USE_F08
   call chk(reqs(1)%MPI_VAL, MPI_REQUEST_NULL%MPI_VAL, 'Waitall (2) freed the receive request')
+#else
+  call chk(reqs(1), MPI_REQUEST_NULL, 'Waitall (2) freed the receive request')
+#endif
 
   ! ---- Sendrecv: right-shift with status ----
   sbuf(1) = rank + 5
   sbuf(2) = -rank
   rbuf = POISON
+#ifdef USE_F08
   st%MPI_SOURCE = POISON
   st%MPI_TAG = POISON
+#else
+  st = POISON
+#endif
   call MPI_Sendrecv(sbuf, 2, MPI_INTEGER, right, 300 + rank, rbuf, 2, MPI_INTEGER, left, MPI_ANY_TAG, &
        MPI_COMM_WORLD, st, ierr)
   call chk_rc(ierr, K_SENDRECV, 'MPI_Sendrecv')
   call chk(rbuf(1), left + 5, 'Sendrecv data (1)')
   call chk(rbuf(2), -left, 'Sendrecv data (2)')
   call chk(rbuf(3), POISON, 'Sendrecv wrote past count')
+#ifdef USE_F08
   call chk(st%MPI_SOURCE, left, 'Sendrecv status MPI_SOURCE')
   call chk(st%MPI_TAG, 300 + left, 'Sendrecv status MPI_TAG')
+#else
+  call chk(st(MPI_SOURCE), left, 'Sendrecv status MPI_SOURCE')
+  call chk(st(MPI_TAG), 300 + left, 'Sendrecv status MPI_TAG')
+#endif
 
   ! ---- Iallreduce + Wait ----
   sbuf(1) = rank + 1
@@ -268,7 +319,11 @@ program f_f08
   call chk(rbuf(1), nproc, 'Iallreduce max (1)')
   call chk(rbuf(2), 1, 'Iallreduce max (2)')
   call chk(rbuf(3), POISON, 'Iallreduce wrote past count')
+#ifdef USE_F08
   call chk(req%MPI_VAL, MPI_REQUEST_NULL%MPI_VAL, 'Wait freed the Iallreduce request')
+#else
+  call chk(req, MPI_REQUEST_NULL, 'Wait freed the Iallreduce request')
+#endif
 
   ! ---- Comm_split by parity, reversed key; collectives on the new communicator ----
   color = mod(rank, 2)
@@ -295,8 +350,13 @@ program f_f08
   call chk(ibuf(1), 50 + color + 2 * ((nproc - 1 - color) / 2), 'Bcast on split comm')
   call MPI_Comm_free(sub, ierr)
 
+#ifdef USE_F08
   call MPI_Barrier(MPI_COMM_WORLD) ! ierror omitted
   call chk_rc(MPI_SUCCESS, K_BARRIER, 'MPI_Barrier')
+#else
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  call chk_rc(ierr, K_BARRIER, 'MPI_Barrier')
+#endif
 
   ! ---- ncclmpi saw every Fortran call exactly once ----
   if (have) then
@@ -383,4 +443,4 @@ contains
     call chk(rc, MPI_SUCCESS, msg//' ierror')
   end subroutine chk_rc
 
-end program f_f08
+end program f_host
