@@ -463,14 +463,18 @@ int main(int argc, char **argv)
     nm_stats_view_t s = gpu_stats("Allreduce");
     int route_bad = 0;
     if (s.calls != (unsigned long long)-1) {
-        /* NCCL whenever a communicator's ranks have distinct GPUs: always with one GPU per rank,
-         * and on shared GPUs still for one-rank split communicators (np 2 and 3 here) */
-        int single_rank_split = size == 2 || size == 3 || size == 1;
-        if ((distinct || single_rank_split) && s.route[1] == 0) route_bad = 1;
+        /* NCCL exactly when one of this rank's communicators has distinct GPUs: always with one
+         * GPU per rank; on a shared GPU only through a one-rank split communicator; never when
+         * NCCLMPI_FORCE_STAGED=1 */
+        const char *fs = getenv("NCCLMPI_FORCE_STAGED");
+        int forced = fs && fs[0] == '1', ssize;
+        MPI_Comm_size(split, &ssize);
+        int expect_nccl = !forced && (distinct || ssize == 1);
+        if (expect_nccl != (s.route[1] != 0)) route_bad = 1;
         if (s.route[2] == 0) route_bad = 1; /* LAND/BXOR/MAXLOC/int16 always stage */
         if (route_bad)
-            fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu staged=%llu host=%llu (distinct GPUs: %d)\n", rank,
-                    s.route[1], s.route[2], s.route[0], distinct);
+            fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu staged=%llu host=%llu (distinct GPUs: %d, "
+                    "split size %d, NCCL expected: %d)\n", rank, s.route[1], s.route[2], s.route[0], distinct, ssize, expect_nccl);
         failures += route_bad;
     }
     int total = 0;
