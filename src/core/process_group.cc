@@ -15,13 +15,6 @@
 
 namespace ncclmpi {
 
-static double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 DeviceGuard::DeviceGuard(CUcontext ctx)
 {
     if (cu.cuCtxGetCurrent(&prev_) != CUDA_SUCCESS) prev_ = nullptr;
@@ -71,13 +64,13 @@ nm_status_t ProcessGroup::finish_init(ncclResult_t r, const char *how, double t0
         return NM_ERR_NCCL;
     }
     state_ = State::READY;
-    NM_INFO(INIT, "%s: %s in %.1f ms", describe().c_str(), how, 1e3 * (now_s() - t0));
+    NM_INFO(INIT, "%s: %s in %.1f ms", describe().c_str(), how, 1e3 * (nm_now_s() - t0));
     return NM_OK;
 }
 
 nm_status_t ProcessGroup::init_fresh()
 {
-    double t0 = now_s();
+    double t0 = nm_now_s();
     state_ = State::INIT;
     nm_status_t st = nccl_load();
     struct {
@@ -98,7 +91,7 @@ nm_status_t ProcessGroup::init_fresh()
 
 nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
 {
-    double t0 = now_s();
+    double t0 = nm_now_s();
     state_ = State::INIT;
     ncclResult_t r = ncclInvalidUsage;
     if (nccl.ncclCommSplit && setup_stream() == NM_OK) {
@@ -149,8 +142,8 @@ nm_status_t ProcessGroup::wait_event(CUevent ev, const nm_op_t *o)
                 return NM_ERR_NCCL;
             }
             if (nm_cfg.TIMEOUT > 0) {
-                if (t0 == 0) t0 = now_s();
-                else if (now_s() - t0 > nm_cfg.TIMEOUT) {
+                if (t0 == 0) t0 = nm_now_s();
+                else if (nm_now_s() - t0 > nm_cfg.TIMEOUT) {
                     NM_ERROR(COLL, "%s: %s did not complete in %ld s; aborting the NCCL communicator",
                              describe().c_str(), o ? nm_opkind_name(o->kind) : "drain", nm_cfg.TIMEOUT);
                     state_ = State::ERROR;

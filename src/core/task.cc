@@ -20,14 +20,7 @@ static std::vector<Task *> pending;  // published, not yet complete
 static std::vector<Task *> retired;  // complete, waiting for the user to free the request
 static uint64_t next_task_id;
 
-static double now_s()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-Task::Task(const nm_op_t *o, ProcessGroup *pg) : id_(++next_task_id), fn_(o->fn), kind_(o->kind), pg_(pg), t0_(now_s())
+Task::Task(const nm_op_t *o, ProcessGroup *pg) : id_(++next_task_id), fn_(o->fn), kind_(o->kind), pg_(pg), t0_(nm_now_s())
 {
     if (pg) pg_seq_ = pg->seq() + 1;
 }
@@ -46,7 +39,7 @@ std::string Task::describe() const
     char b[256];
     snprintf(b, sizeof(b), "task#%llu %s %s seq %llu, %s, %.3f ms", (unsigned long long)id_, nm_opkind_name(kind_),
              pg_ ? pg_->describe().c_str() : "staged", (unsigned long long)pg_seq_, done_ ? "done" : "pending",
-             1e3 * (now_s() - t0_));
+             1e3 * (nm_now_s() - t0_));
     return b;
 }
 

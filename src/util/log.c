@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 int nm_log_level = NM_LOG_WARN;
 unsigned nm_log_mask = NM_SS_ALL;
@@ -17,6 +18,13 @@ static const struct { const char *name; unsigned bit; } ss_names[] = {
 
 void nm_log_set_rank(int rank) { log_rank = rank; }
 int nm_log_rank(void) { return log_rank; }
+
+double nm_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 unsigned nm_log_parse_mask(const char *list)
 {

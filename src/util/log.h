@@ -19,6 +19,8 @@ void nm_log_write(int level, unsigned subsys, const char *file, int line, const 
     __attribute__((format(printf, 5, 6)));
 void nm_log_set_rank(int rank);
 int nm_log_rank(void);
+/* Monotonic seconds (for durations in logs, timeouts and task descriptions). */
+double nm_now_s(void);
 unsigned nm_log_parse_mask(const char *list);
 
 #define NM_LOG(level, ss, ...)                                                                \
