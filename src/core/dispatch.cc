@@ -9,12 +9,12 @@
 #include <mutex>
 #include <string>
 
-#include "core/buffers.h"
-#include "core/coll_nccl.h"
-#include "core/memkind.h"
-#include "core/comm_state.h"
-#include "core/staging.h"
-#include "core/task.h"
+#include "core/dtype/buffers.h"
+#include "core/tl/nccl/coll_nccl.h"
+#include "core/cuda/memkind.h"
+#include "core/comm/comm_state.h"
+#include "core/tl/staged/staging.h"
+#include "core/engine/task.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
 #include "util/config.h"

@@ -2,7 +2,7 @@
  * a Fortran call (device buffers, or ncclmpi requests outstanding) uses them. */
 #include "interpose/interpose.h"
 #include "interpose/fortran.h"
-#include "core/memkind.h"
+#include "core/cuda/memkind.h"
 
 #include <stdio.h>
 #include <stdlib.h>

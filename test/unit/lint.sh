@@ -4,8 +4,8 @@
 # variables with getenv.
 src=$1
 bad=0
-hits=$(grep -nE '(^|[^P_A-Za-z])MPI_[A-Z][a-z0-9_]+ *\(' "$src"/src/core/*.cc "$src"/src/core/*.h "$src"/src/route/*.c \
-       "$src"/src/route/*.h "$src"/src/interpose/*.c 2>/dev/null | grep -vE '^\S+:[0-9]+:\s*(//|/\*|\*)')
+hits=$(grep -rnE '(^|[^P_A-Za-z])MPI_[A-Z][a-z0-9_]+ *\(' "$src"/src/core "$src"/src/route "$src"/src/interpose \
+       --include=*.cc --include=*.h --include=*.c 2>/dev/null | grep -vE '^\S+:[0-9]+:\s*(//|/\*|\*)')
 if [ -n "$hits" ]; then
   echo "lint: bare MPI_ calls in the library (use PMPI_):"; echo "$hits"; bad=1
 fi

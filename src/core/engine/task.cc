@@ -1,5 +1,5 @@
 // ncclmpi: tasks behind generalized requests, their progress, and the Wait forms that drive it.
-#include "core/task.h"
+#include "core/engine/task.h"
 
 #include <sched.h>
 #include <time.h>
@@ -8,8 +8,8 @@
 #include <mutex>
 #include <vector>
 
-#include "core/process_group.h"
-#include "core/staging.h"
+#include "core/comm/process_group.h"
+#include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/log.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "core/process_group.h"
+#include "core/comm/process_group.h"
 
 namespace ncclmpi {
 

@@ -4,7 +4,7 @@
 #define NM_CORE_BUFFERS_H
 #include <mpi.h>
 
-#include "core/dtype.h"
+#include "core/dtype/dtype.h"
 #include "route/nm_op.h"
 #include "route/route.h"
 

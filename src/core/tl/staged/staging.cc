@@ -1,5 +1,5 @@
 // ncclmpi: staging through pinned host memory.
-#include "core/staging.h"
+#include "core/tl/staged/staging.h"
 
 #include <hwloc.h>
 #include <string.h>
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/comm_state.h"
+#include "core/dtype/dtype.h"
+#include "core/comm/comm_state.h"
 #include "util/config.h"
 #include "util/log.h"
 

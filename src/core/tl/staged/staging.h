@@ -4,8 +4,8 @@
 #define NM_CORE_STAGING_H
 #include <stddef.h>
 
-#include "core/buffers.h"
-#include "core/cuda_api.h"
+#include "core/dtype/buffers.h"
+#include "core/cuda/cuda_api.h"
 #include "route/nm_op.h"
 #include "util/status.h"
 

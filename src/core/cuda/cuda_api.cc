@@ -1,5 +1,5 @@
 // ncclmpi: CUDA driver entry points from the libcuda already loaded by the application.
-#include "core/cuda_api.h"
+#include "core/cuda/cuda_api.h"
 
 #include <dlfcn.h>
 

@@ -1,14 +1,14 @@
 // ncclmpi: the NCCL bodies of the collectives. Reductions use the mapped NCCL type; data
 // movement goes as bytes (ncclInt8) over contiguous datatypes. v-variants and rooted
 // collectives NCCL lacks are grouped send/recv.
-#include "core/coll_nccl.h"
+#include "core/tl/nccl/coll_nccl.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "core/buffers.h"
-#include "core/comm_state.h"
-#include "core/dtype.h"
+#include "core/dtype/buffers.h"
+#include "core/comm/comm_state.h"
+#include "core/dtype/dtype.h"
 #include "route/route.h"
 #include "util/log.h"
 

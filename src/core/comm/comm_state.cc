@@ -1,5 +1,5 @@
 // ncclmpi: communicator states and the lifecycle of their process groups.
-#include "core/comm_state.h"
+#include "core/comm/comm_state.h"
 
 #include <string.h>
 
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/task.h"
+#include "core/engine/task.h"
 #include "util/config.h"
 #include "util/log.h"
 

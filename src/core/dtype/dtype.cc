@@ -1,5 +1,5 @@
 // ncclmpi: datatype facts (size, bounds, contiguity), decoded with the MPI envelope API.
-#include "core/dtype.h"
+#include "core/dtype/dtype.h"
 
 #include <mutex>
 #include <unordered_map>

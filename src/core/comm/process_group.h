@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "core/cuda_api.h"
-#include "core/nccl_api.h"
+#include "core/cuda/cuda_api.h"
+#include "core/tl/nccl/nccl_api.h"
 #include "route/nm_op.h"
 #include "util/status.h"
 

@@ -1,7 +1,7 @@
 // ncclmpi: significance and spans of buffers, per operation kind (MPI-3.1 chapters 3 and 5).
-#include "core/buffers.h"
+#include "core/dtype/buffers.h"
 
-#include "core/comm_state.h"
+#include "core/comm/comm_state.h"
 
 namespace ncclmpi {
 

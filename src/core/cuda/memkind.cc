@@ -1,5 +1,5 @@
 // ncclmpi: buffer classification and the watch on loaded libraries.
-#include "core/memkind.h"
+#include "core/cuda/memkind.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -7,7 +7,7 @@
 
 #include <mutex>
 
-#include "core/cuda_api.h"
+#include "core/cuda/cuda_api.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
 #include "util/log.h"

@@ -1,5 +1,5 @@
 // ncclmpi: process groups (NCCL comm + comm stream per MPI communicator and device).
-#include "core/process_group.h"
+#include "core/comm/process_group.h"
 
 #include <sched.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/task.h"
+#include "core/engine/task.h"
 #include "util/config.h"
 #include "util/log.h"
 

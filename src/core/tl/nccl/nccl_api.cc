@@ -1,5 +1,5 @@
 // ncclmpi: lazy NCCL loader.
-#include "core/nccl_api.h"
+#include "core/tl/nccl/nccl_api.h"
 
 #include <dlfcn.h>
 

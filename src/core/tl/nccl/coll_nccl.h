@@ -2,8 +2,8 @@
 // short body run by ProcessGroup::run (ordering, group, completion are there, once).
 #ifndef NM_CORE_COLL_NCCL_H
 #define NM_CORE_COLL_NCCL_H
-#include "core/process_group.h"
-#include "core/task.h"
+#include "core/comm/process_group.h"
+#include "core/engine/task.h"
 #include "route/nm_op.h"
 
 namespace ncclmpi {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/cuda_api.h"
+#include "core/cuda/cuda_api.h"
 #include "route/nm_op.h"
 #include "util/status.h"
 
