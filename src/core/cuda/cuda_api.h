@@ -15,7 +15,7 @@
     X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
     X(cuEventSynchronize) X(cuMemcpyAsync) X(cuMemcpy) X(cuMemHostRegister)                   \
     X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)       \
-    X(cuMemsetD8Async)
+    X(cuMemsetD8Async) X(cuMemcpy2DAsync)
 
 namespace ncclmpi {
 
