@@ -43,6 +43,23 @@ void ncclmpi_print_stats(void);
 /* 1 when NCCL has been loaded into this process, 0 otherwise. */
 int ncclmpi_nccl_loaded(void);
 
+/* Explicit groups. Nonblocking device collectives that the calling thread issues between
+ * ncclmpi_group_begin() and ncclmpi_group_end() are launched together, as one NCCL group per
+ * communicator, at ncclmpi_group_end(). Like ncclGroupStart/ncclGroupEnd, every rank must group
+ * the same operations; a request of the group completes only after ncclmpi_group_end() (waiting on
+ * it inside the group never returns), and a blocking collective inside a group ends the group
+ * there. Groups nest; only the outermost end launches. Return MPI_SUCCESS or an MPI error code.
+ * Host-buffer calls inside a group are unaffected.
+ *
+ *     ncclmpi_group_begin();
+ *     for (int i = 0; i < nbuckets; i++)
+ *         MPI_Iallreduce(MPI_IN_PLACE, grad[i], len[i], MPI_FLOAT, MPI_SUM, comm, &req[i]);
+ *     ncclmpi_group_end();
+ *     MPI_Waitall(nbuckets, req, MPI_STATUSES_IGNORE);
+ */
+int ncclmpi_group_begin(void);
+int ncclmpi_group_end(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,7 +14,7 @@ import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
-PATHS = {"DATA", "PASS", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW"}
+PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW"}
 ROLES = set("""SBUF RBUF BUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED X""".split())
@@ -101,10 +101,21 @@ def c_wrapper(r):
                 "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
                 "    return nm_slow_%s(%s);" % (n, act)]
     elif p == "PASS":
-        out += ["    NM_COUNT_CALL(%s);" % fn, "    return PMPI_%s(%s);" % (n, act)]
+        # may wait, or be polled while waiting: nothing may stay queued behind it
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                "    return PMPI_%s(%s);" % (n, act)]
+    elif p == "SYNC":
+        # a synchronizing call on a communicator (a barrier): flush, and a blocking one may make
+        # the communicator's pending NCCL communicator (every rank is in it)
+        roles = {a["role"]: a["name"] for a in r["args"]}
+        blocking = "0" if r["flags"] == "NB" else "1"
+        out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, %s);" % (roles.get("COMM", "MPI_COMM_NULL"), blocking),
+                "    return PMPI_%s(%s);" % (n, act)]
     elif p == "PROGRESS":
         out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_tasks_pending())) nm_progress();",
+                "    if (NM_UNLIKELY(nm_work_pending())) nm_progress();",
                 "    return PMPI_%s(%s);" % (n, act)]
     elif p == "WAIT":
         roles = {a["role"]: a["name"] for a in r["args"]}
@@ -113,8 +124,10 @@ def c_wrapper(r):
         else:
             reqs, nreq = roles["REQIO"], "1"
         out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_tasks_pending()) && nm_tasks_owns(%s, %s))" % (nreq, reqs),
-                "        return nm_wait_%s(%s);" % (n.lower(), act),
+                "    if (NM_UNLIKELY(nm_work_pending())) {",
+                "        if (nm_tasks_owns(%s, %s)) return nm_wait_%s(%s);" % (nreq, reqs, n.lower(), act),
+                "        nm_flush();",
+                "    }",
                 "    return PMPI_%s(%s);" % (n, act)]
     elif p == "INIT":
         out += ["    NM_COUNT_CALL(%s);" % fn,
@@ -128,6 +141,7 @@ def c_wrapper(r):
     elif p == "COMMNEW":
         roles = {a["role"]: a["name"] for a in r["args"]}
         out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, 1);" % roles["COMM"],
                 "    int rc = PMPI_%s(%s);" % (n, act),
                 "    if (rc == MPI_SUCCESS) nm_comm_created(%s, *%s);" % (roles["COMM"], roles["NEWCOMM"]),
                 "    return rc;"]
@@ -243,14 +257,19 @@ def f_wrapper(r):
     forward = "NM_F_FORWARD(pmpi_%s_, \"%s\", %s);" % (low, n, fact)
     roles = {a["role"]: a["name"] for a in r["args"]}
     if p == "PASS":
-        out += ["    " + forward]
+        out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();", "    " + forward]
+    elif p == "SYNC":
+        blocking = "0" if r["flags"] == "NB" else "1"
+        out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(PMPI_Comm_f2c(*%s), %s);" % (roles["COMM"], blocking),
+                "    " + forward]
     elif p == "INIT":
         out += ["    " + forward, "    if (*ierr == MPI_SUCCESS) nm_after_init();"]
     elif p == "FINALIZE":
         out += ["    nm_before_finalize();", "    " + forward]
     elif p == "COMMNEW":
         c, nc = roles["COMM"], roles["NEWCOMM"]
-        out += ["    " + forward,
+        out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(PMPI_Comm_f2c(*%s), 1);" % c,
+                "    " + forward,
                 "    if (*ierr == MPI_SUCCESS) nm_comm_created(PMPI_Comm_f2c(*%s), PMPI_Comm_f2c(*%s));" % (c, nc)]
     else:
         if p == "DATA":
@@ -258,9 +277,12 @@ def f_wrapper(r):
             cond = "nm_host_fast() || !nm_f_maybe_device(%s, %s)" % (
                 bufs[0], bufs[1] if len(bufs) > 1 else "NULL")
         else:
-            cond = "!nm_tasks_pending()"
+            cond = "!nm_work_pending()"
         pre, acts, post = f_convert(r)
-        out += ["    if (NM_LIKELY(%s)) {" % cond, "        " + forward, "        return;", "    }",
+        out += ["    if (NM_LIKELY(%s)) {" % cond]
+        if p == "DATA":  # a host call still ends any run of queued nonblocking operations
+            out += ["        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();"]
+        out += ["        " + forward, "        return;", "    }",
                 "    NM_STAT_INC(nm_stats.fcalls_c[%s]);" % fn]
         out += ["    " + s for s in pre]
         out += ["    *ierr = nm_impl_%s(%s);" % (n, ", ".join(acts))]

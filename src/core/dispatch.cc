@@ -1,20 +1,21 @@
-// ncclmpi: the one choke point. Every described call comes through nm_enter: classify the
-// buffers, route (src/route), then run it through NCCL, stage it, or hand it back to the
-// wrapper for the real MPI. Each call is traced here and nowhere else.
+// ncclmpi: the one choke point. Every described call comes through nm_enter: derive its context
+// once, classify its buffers, route it (src/route) from facts every rank shares, then run it
+// through the engine (NCCL), stage it, or hand it back to the wrapper for the real MPI. Each call
+// is traced here and nowhere else.
 #include "nm_build.h"
 #include <mpi.h>
 #include <string.h>
 
-#include <map>
 #include <mutex>
 #include <string>
 
-#include "core/dtype/buffers.h"
-#include "core/tl/nccl/coll_nccl.h"
-#include "core/cuda/memkind.h"
 #include "core/comm/comm_state.h"
-#include "core/tl/staged/staging.h"
+#include "core/cuda/memkind.h"
+#include "core/dtype/buffers.h"
+#include "core/engine/engine.h"
 #include "core/engine/task.h"
+#include "core/op_table.h"
+#include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
 #include "util/config.h"
@@ -22,6 +23,8 @@
 #include "util/stats.h"
 
 namespace ncclmpi {
+
+extern int nm_thread_multiple;
 
 static __thread int depth __attribute__((tls_model("initial-exec")));
 struct DepthGuard {
@@ -34,40 +37,12 @@ static bool managed_as_host;  // NCCLMPI_MANAGED=host
 static std::mutex init_mu;
 
 // ---- errors: the standard class, with our message behind MPI_Error_string ----------------
-static int error_class(nm_status_t st)
+static int raise_error(const nm_op_t *o, nm_status_t st, const std::string &why)
 {
-    switch (st) {
-    case NM_ERR_ARG: return MPI_ERR_ARG;
-    case NM_ERR_BUFFER: return MPI_ERR_BUFFER;
-    case NM_ERR_COUNT: return MPI_ERR_COUNT;
-    case NM_ERR_TYPE: return MPI_ERR_TYPE;
-    case NM_ERR_ROOT: return MPI_ERR_ROOT;
-    case NM_ERR_COMM: return MPI_ERR_COMM;
-    case NM_ERR_OP: return MPI_ERR_OP;
-    case NM_ERR_NO_MEM: return MPI_ERR_NO_MEM;
-    case NM_ERR_UNSUPPORTED: return MPI_ERR_UNSUPPORTED_OPERATION;
-    case NM_ERR_INTERNAL: return MPI_ERR_INTERN;
-    default: return MPI_ERR_OTHER;
-    }
-}
-
-static int raise_error(const nm_op_t *o, nm_status_t st, const char *why)
-{
-    static std::mutex mu;
-    static std::map<std::string, int> codes;
     char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[o->fn], why, nm_status_str(st));
+    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[o->fn], why.c_str(), nm_status_str(st));
     NM_WARN(CALL, "%s", msg + 9);
-    int cls = error_class(st), code = cls;
-    {
-        std::lock_guard<std::mutex> g(mu);
-        auto it = codes.find(msg);
-        if (it != codes.end()) code = it->second;
-        else if (PMPI_Add_error_code(cls, &code) == MPI_SUCCESS && PMPI_Add_error_string(code, msg) == MPI_SUCCESS)
-            codes[msg] = code;
-        else
-            code = cls;
-    }
+    int code = nm_error_code(nm_error_class(st), msg);
     MPI_Comm c = o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD;
     PMPI_Comm_call_errhandler(c, code);
     return code;
@@ -92,6 +67,23 @@ static int self_delete_fn(MPI_Comm, int, void *, void *)
     return MPI_SUCCESS;
 }
 
+// Settings that decide routes, groups or chunking must be equal on every rank: compared once.
+static void check_settings_agree()
+{
+    char text[512];
+    snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu MANAGED=%s",
+             nm_cfg.DISABLE, nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
+             nm_cfg.MANAGED);
+    unsigned long long h = 1469598103934665603ull;
+    for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
+    PMPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (all[0] == mine[0] && all[1] == mine[1]) return;
+    fprintf(stderr, "[ncclmpi] ERROR rank %d: NCCLMPI_* settings differ between ranks (this rank: %s); they must be "
+            "equal on every rank (mpirun -x)\n", world_rank(), text);
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 static void init_locked()
 {
     if (initialized) return;
@@ -103,10 +95,14 @@ static void init_locked()
     managed_as_host = !strcmp(nm_cfg.MANAGED, "host");
     int r = world_rank();
     nm_log_set_rank(r);
+    int provided = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&provided);
+    nm_thread_multiple = provided == MPI_THREAD_MULTIPLE;
     // MPI_Finalize deletes MPI_COMM_SELF's attributes first: our teardown runs there for every
     // language binding, before the real finalize.
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
+    check_settings_agree();
     NM_INFO(INIT, "ncclmpi %s: CUDA driver %s", ncclmpi_version(), cuda_attached() ? "attached" : "not in process");
 }
 
@@ -122,11 +118,12 @@ static bool ensure_init()
 namespace {
 
 struct Classified {
-    bool any_device = false, any_host = false, differ = false;
+    int rank_kind = NM_RK_EMPTY;
+    bool differ = false;
     int device = -1;
 };
 
-// Pointer kinds already asked of the driver during this call (each pointer is asked once).
+// Pointer kinds asked of the driver during this call (each address is asked once).
 struct Memo {
     const void *p[2];
     nm_memkind_t k[2];
@@ -145,81 +142,141 @@ struct Memo {
         if (n < 2) { p[n] = ptr; k[n] = r; dev[n] = *d; n++; }
         return r;
     }
-    bool device(const void *ptr)
-    {
-        int d = -1;
-        if (!ptr || ptr == MPI_IN_PLACE) return false;
-        nm_memkind_t r = kind(ptr, &d);
-        return r == NM_MEM_DEVICE || r == NM_MEM_MANAGED;
-    }
 };
 
-Classified classify(BufRef *b, int nb, Memo &memo)
+// Where the data lies is judged at the first byte the call touches: the pointer plus the span's
+// start (MPI_BOTTOM with absolute addresses, negative lower bounds).
+Classified classify(BufRef *b, int nb)
 {
     Classified c;
+    Memo memo;
+    bool any_host = false;
     for (int i = 0; i < nb; i++) {
-        if (!b[i].ptr && b[i].hi <= b[i].lo) continue;
+        if (b[i].empty()) continue;
         int dev = -1;
-        nm_memkind_t k = memo.kind(b[i].ptr, &dev);
+        nm_memkind_t k = memo.kind(b[i].first(), &dev);
         b[i].kind = k;
         b[i].device = dev;
         if (k == NM_MEM_DEVICE || k == NM_MEM_MANAGED) {
             if (c.device < 0) c.device = dev;
             else if (dev != c.device) c.differ = true;
-            c.any_device = true;
-        } else if (b[i].hi > b[i].lo) {
-            c.any_host = true;
+            c.rank_kind = NM_RK_DEVICE;
+        } else {
+            any_host = true;
         }
     }
+    if (c.rank_kind != NM_RK_DEVICE && any_host) c.rank_kind = NM_RK_HOST;
     return c;
 }
 
-long long bytes_of(const DtypeInfo *d, long long count) { return d ? count * (long long)d->size : -1; }
-
-nm_route_in_t route_input(const nm_op_t *o, const CommState *cs, const Classified &c)
+nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified &c)
 {
     nm_route_in_t in;
     memset(&in, 0, sizeof(in));
-    in.kind = o->kind;
-    in.flags = o->flags;
-    in.any_device = c.any_device;
-    in.any_host = c.any_host;
+    in.kind = x.o->kind;
+    in.flags = x.o->flags;
+    in.rank_kind = c.rank_kind;
     in.devices_differ = c.differ;
-    in.comm_nccl = cs && !cs->inter && cs->nccl_ok != 0;
+    in.cap = cs ? cs->getcap() : NM_CAP_INTER;
     in.disable = nm_cfg.DISABLE;
     in.force_staged = nm_cfg.FORCE_STAGED;
-    const DtypeInfo *sd = stype_used(o, cs) ? dtype_info(o->stype) : nullptr;
-    const DtypeInfo *rd = rtype_used(o, cs) ? dtype_info(o->rtype) : nullptr;
-    in.nccl_type = rd ? rd->nccl_type : (sd ? sd->nccl_type : NM_UNSUPPORTED);
-    in.nccl_op = nm_map_op(o->op);
-    in.s_contig = sd ? sd->contig : 1;
-    in.r_contig = rd ? rd->contig : 1;
-    bool root = is_root_side(o, cs);
-    long long sb = bytes_of(sd, o->scount), rb = bytes_of(rd, o->rcount);
-    switch (o->kind) {
-    case NM_OPK_ALLGATHER:
-    case NM_OPK_ALLTOALL:
-        in.bytes_match = !sd || sb == rb;
-        break;
-    case NM_OPK_GATHER:
-        in.bytes_match = !root || !sd || sb == rb;
-        break;
-    case NM_OPK_SCATTER:
-        in.bytes_match = !root || !rd || sb == rb;
-        break;
-    case NM_OPK_ALLGATHERV:
-        in.bytes_match = !sd || sb == bytes_of(rd, o->rcounts[cs->rank]);
-        break;
-    case NM_OPK_GATHERV:
-        in.bytes_match = !root || !sd || sb == bytes_of(rd, o->rcounts[cs->rank]);
-        break;
-    case NM_OPK_SCATTERV:
-        in.bytes_match = !root || !rd || bytes_of(sd, o->scounts[cs->rank]) == rb;
-        break;
-    default:
-        in.bytes_match = 1;
-    }
+    in.agree = nm_cfg.AGREE;
+    in.vote = -1;
+    const DtypeInfo *d = x.rd ? x.rd : x.sd;  // the signature's basic type (same on both sides)
+    in.nccl_type = d ? d->nccl_type : NM_UNSUPPORTED;
+    in.nccl_op = nm_map_op(x.o->op);
     return in;
+}
+
+// The device a creation uses on a rank that has no device buffer in this call.
+int creation_device(const CommState *cs, const Classified &c)
+{
+    if (c.device >= 0) return c.device;
+    if (cs->pending_device >= 0) return cs->pending_device;
+    CUdevice d;
+    CUcontext ctx = nullptr;
+    if (cuda_attached() && cu.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx && cu.cuCtxGetDevice(&d) == CUDA_SUCCESS)
+        return (int)d;
+    return -1;
+}
+
+// The real MPI call an EMPTY rank of an ambiguous kind makes, with zero counts on this side:
+// made by the ranks that run the data over NCCL, so every rank makes the same call.
+int carrier_start(Op *op)
+{
+    const nm_op_t &o = op->o;
+    static char dummy[16];
+    op->zeros.assign((size_t)2 * op->n + 2, 0);
+    int *z = op->zeros.data();
+    MPI_Request *r = &op->carrier;
+    switch (o.kind) {
+    case NM_OPK_ALLTOALLV:
+        return PMPI_Ialltoallv(dummy, z, z, MPI_BYTE, dummy, z, z, MPI_BYTE, o.comm, r);
+    case NM_OPK_GATHERV:
+        return op->root ? PMPI_Igatherv(dummy, 0, MPI_BYTE, dummy, z, z, MPI_BYTE, o.root, o.comm, r)
+                        : PMPI_Igatherv(dummy, 0, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, o.root, o.comm, r);
+    case NM_OPK_SCATTERV:
+        return op->root ? PMPI_Iscatterv(dummy, z, z, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm, r)
+                        : PMPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm, r);
+    default:
+        return MPI_SUCCESS;
+    }
+}
+
+Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, unsigned act)
+{
+    Op *op = op_get();
+    op->o = *o;
+    op->rank = x.rank;
+    op->size = x.size;
+    op->n = x.n;
+    op->root = x.root;
+    op->inplace = x.inplace;
+    op->cs = cs;
+    op->act = act;
+    if (x.sd) {
+        op->sd = *x.sd;
+        op->has_sd = true;
+        if (!x.sd->contig) PMPI_Type_dup(o->stype, &op->sdup);  // the user may free it before we pack
+    }
+    if (x.rd) {
+        op->rd = *x.rd;
+        op->has_rd = true;
+        if (!x.rd->contig) PMPI_Type_dup(o->rtype, &op->rdup);
+    }
+    if (!op->has_rd && op->has_sd) op->rd = op->sd;  // reductions and bcast describe one type
+    if (!op->has_sd && op->has_rd) op->sd = op->rd;
+    for (int i = 0; i < nb; i++) {
+        if (b[i].empty()) continue;
+        if (b[i].is_recv) op->rkind = b[i].kind;
+        else op->skind = b[i].kind;
+    }
+    return op;
+}
+
+int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, const Classified &c, unsigned act)
+{
+    if (cs->pg && cs->pg->device() != c.device) {
+        char why[128];
+        snprintf(why, sizeof(why), "buffers on device %d, but this communicator's NCCL communicator is on device %d",
+                 c.device, cs->pg->device());
+        return raise_error(o, NM_ERR_BUFFER, why);
+    }
+    Op *op = make_op(o, x, cs, b, nb, act);
+    std::string err;
+    if ((act & NM_ACT_CARRIER) && carrier_start(op) != MPI_SUCCESS) {
+        op_put(op);
+        return raise_error(o, NM_ERR_MPI, "the real MPI refused the matching zero-count call");
+    }
+    if (!(o->flags & NM_OPF_NB)) {
+        nm_status_t st = engine_run_blocking(op, &err);
+        return st == NM_OK ? MPI_SUCCESS : raise_error(o, st, err + " [" + cs->describe() + "]");
+    }
+    Task *t = Task::get(o);
+    t->set_op(op);
+    op->task = t;
+    engine_submit(op, &err);
+    return t->publish(o->req);
 }
 
 }  // namespace
@@ -231,74 +288,78 @@ using namespace ncclmpi;
 extern "C" int nm_enter(nm_op_t *o, int *rc)
 {
     if (depth || nm_cfg.DISABLE) return 0;
-    if (!cuda_attached() && !nm_linkmap_refresh()) return 0;
+    const bool coll = nm_opkind_is_coll(o->kind);
+    const bool agree = nm_cfg.AGREE && coll;
+    if (!cuda_attached() && !nm_linkmap_refresh() && !agree) return 0;
     if (!ensure_init() || finalized) return 0;
-    const bool agree = nm_cfg.AGREE && nm_opkind_is_coll(o->kind) && !(o->flags & NM_OPF_NB);
-    // Host buffers leave here: one driver query per pointer, before any other work. (A pointer
-    // the call ignores may be garbage: asking the driver about it is harmless.)
-    Memo memo;
-    if (!agree && !memo.device(o->sbuf) && !memo.device(o->rbuf)) return 0;
     DepthGuard dg;
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
-    else if (o->kind != NM_OPK_MRECV) return 0;
-    if (agree && cs->inter) return 0;
-
+    else if (o->kind != NM_OPK_MRECV) { nm_flush(); return 0; }
+    OpCtx x;
     BufRef b[2];
-    int nb = op_buffers(o, cs, b);
-    if (nb < 0) return 0;  // invalid arguments: the real MPI reports them, as without us
-    Classified c = classify(b, nb, memo);
-    if (!c.any_device && !agree) return 0;
-
-    nm_route_in_t in = route_input(o, cs, c);
-    nm_decision_t d = nm_route(&in);
-    if (agree) {  // ranks may mix host and device buffers: NCCL only if every rank can
-        int vote = d.route == NCCLMPI_ROUTE_NCCL, all = 0;
+    int nb = op_ctx_init(o, cs, &x) ? op_row(o->kind).buffers(x, b) : -1;
+    if (nb < 0) {  // invalid arguments: the real MPI reports them, as without us
+        nm_flush();
+        return 0;
+    }
+    Classified c = classify(b, nb);
+    nm_route_in_t in = route_input(x, cs, c);
+    if (agree && !(o->flags & NM_OPF_NB) && in.cap != NM_CAP_INTER) {  // every rank votes, host ranks too
+        int vote = nm_route_vote(&in), all = 0;
         PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
-        if (!all && d.route == NCCLMPI_ROUTE_NCCL) d = nm_decision_t{NCCLMPI_ROUTE_STAGED, NM_WHY_MIXED};
-        if (d.route == NCCLMPI_ROUTE_HOST) return 0;
+        in.vote = all;
     }
-    nm_status_t st = NM_OK;
-    ProcessGroup *pg = nullptr;
-    if (d.route == NCCLMPI_ROUTE_NCCL) {
-        pg = cs->group(c.device, &st);
-        if (!pg) d = nm_decision_t{NCCLMPI_ROUTE_STAGED, NM_WHY_COMM};
+    nm_decision_t d = nm_route(&in);
+    if (d.act & NM_ACT_PENDING) {
+        int expect = NM_CAP_UNKNOWN;
+        cs->pending_device = c.device;
+        cs->cap.compare_exchange_strong(expect, NM_CAP_PENDING);
     }
-    NM_TRACE(CALL, "MPI_%s %s count=%d/%d root=%d dev=%d -> %s (%s)%s", nm_fn_names[o->fn],
-             cs ? cs->describe().c_str() : "", o->scount, o->rcount, o->root, c.device, nm_route_str(d.route),
-             nm_why_str(d.why), pg ? pg->describe().c_str() : "");
-    NM_COUNT_ROUTE(o->fn, d.route);
-    if (d.route == NCCLMPI_ROUTE_STAGED) note_staged(o, d.why);
-
-    switch (d.route) {
-    case NCCLMPI_ROUTE_NCCL: {
-        Task *t = (o->flags & NM_OPF_NB) ? new Task(o, pg) : nullptr;
-        st = coll_nccl(*pg, o, t);
-        if (st != NM_OK) {
-            delete t;
-            *rc = raise_error(o, st, "NCCL operation failed");
-            return 1;
+    if (d.act & NM_ACT_CREATE) {  // a blocking collective: every rank of the communicator is here
+        nm_flush();
+        {
+            std::lock_guard<std::mutex> g(cs->mu);
+            comm_create(cs, creation_device(cs, c));
         }
-        *rc = t ? t->publish(o->req) : MPI_SUCCESS;
-        return 1;
+        in.cap = cs->getcap();
+        d = nm_route(&in);
     }
+    NM_TRACE(CALL, "MPI_%s %s count=%d/%d root=%d dev=%d -> %s (%s)", nm_fn_names[o->fn],
+             cs ? cs->describe().c_str() : "", o->scount, o->rcount, o->root, c.device, nm_route_str(d.route),
+             nm_why_str(d.why));
+    NM_COUNT_ROUTE(o->fn, d.route);
+    // a flush point: everything but a nonblocking NCCL call, which queues behind what is queued
+    if (d.route != NCCLMPI_ROUTE_NCCL || !(o->flags & NM_OPF_NB)) {
+        if (d.route == NCCLMPI_ROUTE_NCCL) engine_flush_waitable(cs, UINT64_MAX);
+        nm_flush();
+    }
+    switch (d.route) {
+    case NCCLMPI_ROUTE_NCCL:
+        *rc = run_nccl(o, x, cs, b, nb, c, d.act);
+        return 1;
     case NCCLMPI_ROUTE_STAGED: {
-        if (!c.any_host && stage_pipeline_applies(o)) {
-            st = stage_pipelined(o, cs, c.device, rc);
+        note_staged(o, d.why);
+        if (stage_pipeline_applies(x)) {
+            nm_status_t st = stage_pipelined(x, c.device, rc);
             if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
             return 1;
         }
         Stage *s = nullptr;
-        st = stage_in(o, b, nb, &s);
+        nm_status_t st = stage_in(o, b, nb, &s);
         if (st != NM_OK) {
             *rc = raise_error(o, st, "staging to host failed");
             return 1;
         }
         return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave
     }
-    case NCCLMPI_ROUTE_ERROR:
-        *rc = raise_error(o, d.why == NM_WHY_PERSISTENT ? NM_ERR_UNSUPPORTED : NM_ERR_BUFFER, nm_why_str(d.why));
+    case NCCLMPI_ROUTE_ERROR: {
+        nm_status_t st = d.why == NM_WHY_PERSISTENT ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
+        std::string why = nm_why_str(d.why);
+        if (d.why == NM_WHY_FAILED && cs) why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : "") + "]";
+        *rc = raise_error(o, st, why);
         return 1;
+    }
     default:
         return 0;
     }
@@ -314,13 +375,25 @@ extern "C" int nm_leave_slow(nm_op_t *o, int rc)
     }
     DepthGuard dg;
     if (o->flags & NM_OPF_NB) {  // the copy back waits for the real MPI's request
-        Task *t = new Task(o, nullptr);
+        Task *t = Task::get(o);
         t->set_inner(*o->req, s);
         return t->publish(o->req);
     }
     nm_status_t st = stage_finish(s);
     stage_release(s);
     return st == NM_OK ? rc : raise_error(o, st, "copy back to the device failed");
+}
+
+extern "C" void nm_sync(MPI_Comm comm, int blocking_collective)
+{
+    if (depth || !initialized || finalized) return;
+    DepthGuard dg;
+    nm_flush();
+    if (!blocking_collective || comm == MPI_COMM_NULL || !cuda_attached()) return;
+    CommState *cs = comm_state(comm);
+    if (cs->getcap() != NM_CAP_PENDING) return;
+    std::lock_guard<std::mutex> g(cs->mu);
+    comm_create(cs, cs->pending_device);
 }
 
 extern "C" void nm_after_init(void)
@@ -338,9 +411,9 @@ extern "C" void nm_before_finalize(void)
 {
     std::lock_guard<std::mutex> g(init_mu);
     if (finalized || !initialized) return;
-    finalized = true;
     DepthGuard dg;
     tasks_drain();
+    finalized = true;
     if (cuda_attached()) {
         comm_states_teardown();
         pinned_trim();
@@ -354,6 +427,23 @@ extern "C" void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm)
     DepthGuard dg;
     comm_state_created(parent, newcomm);
 }
+
+extern "C" int nm_group_begin(void)
+{
+    if (!initialized || finalized) return MPI_SUCCESS;
+    DepthGuard dg;
+    return engine_group_begin();
+}
+
+extern "C" int nm_group_end(void)
+{
+    if (!initialized || finalized) return MPI_SUCCESS;
+    DepthGuard dg;
+    return engine_group_end();
+}
+
+extern "C" __attribute__((visibility("default"))) int ncclmpi_group_begin(void) { return nm_group_begin(); }
+extern "C" __attribute__((visibility("default"))) int ncclmpi_group_end(void) { return nm_group_end(); }
 
 extern "C" __attribute__((visibility("default"))) const char *ncclmpi_version(void)
 {

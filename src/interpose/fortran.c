@@ -3,13 +3,19 @@
 #include "interpose/interpose.h"
 #include "interpose/fortran.h"
 #include "core/cuda/memkind.h"
+#include "util/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+/* 1 when the C path must see the call: a device buffer, MPI_BOTTOM (absolute addresses may
+ * point into device memory), or NCCLMPI_AGREE (every rank votes, host ranks too). */
 int nm_f_maybe_device(void *a, void *b)
 {
-    return nm_mem_is_device(nm_f2c_buf(a)) || nm_mem_is_device(b ? nm_f2c_buf(b) : NULL);
+    if (nm_cfg.AGREE) return 1;
+    void *ca = nm_f2c_buf(a), *cb = b ? nm_f2c_buf(b) : NULL;
+    if (ca == MPI_BOTTOM || (b && cb == MPI_BOTTOM)) return 1;
+    return nm_mem_is_device(ca) || nm_mem_is_device(cb);
 }
 
 MPI_Datatype *nm_f2c_types(const MPI_Fint *f, MPI_Comm comm)

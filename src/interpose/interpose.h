@@ -29,12 +29,18 @@ extern "C" {
 typedef struct nm_hot {
     int slow;
     int pending; /* outstanding ncclmpi tasks behind user requests */
+    int queued;  /* nonblocking device operations queued for coalescing, not launched yet */
     struct link_map *volatile tail;
 } nm_hot_t;
 extern nm_hot_t nm_hot;
 
 static inline int nm_host_fast(void) { return !nm_hot.slow && nm_hot.tail->l_next == NULL; }
 static inline int nm_tasks_pending(void) { return __atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED) != 0; }
+/* ncclmpi has work that an MPI call must move along: tasks to complete or operations to launch */
+static inline int nm_work_pending(void)
+{
+    return (__atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED) | __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) != 0;
+}
 
 /* ---- implemented in src/core (extern "C") ---- */
 /* Classify and route a described call. Returns 1 when the call was completed (its return
@@ -47,10 +53,19 @@ static inline int nm_leave(nm_op_t *o, int rc) { return NM_UNLIKELY(o->flags & N
 void nm_after_init(void);
 void nm_before_finalize(void);
 void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm);
+/* A blocking or otherwise synchronizing call on comm (MPI_COMM_NULL: none) is about to enter the
+ * real MPI: launch what is queued; a blocking collective may create comm's pending NCCL
+ * communicator (every rank is in it). Called only when nm_hot.slow. */
+void nm_sync(MPI_Comm comm, int blocking_collective);
+/* Launch queued operations (any call that may wait must not leave them queued). */
+void nm_flush(void);
 
 /* Tasks behind user requests (generalized requests completed by ncclmpi). */
 void nm_progress(void);
 int nm_tasks_owns(int n, const MPI_Request *reqs);
+/* ncclmpi_group_begin / ncclmpi_group_end (include/ncclmpi.h) */
+int nm_group_begin(void);
+int nm_group_end(void);
 int nm_wait_wait(MPI_Request *request, MPI_Status *status);
 int nm_wait_waitall(int count, MPI_Request reqs[], MPI_Status *statuses);
 int nm_wait_waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status);

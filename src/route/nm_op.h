@@ -1,8 +1,13 @@
-/* ncclmpi: the one description of an MPI operation.
+/* ncclmpi: the one description of an MPI operation, and the one table of operation kinds.
  *
  * Every data-moving wrapper fills an nm_op_t (generated from mpi_api.def), and everything after
  * that (routing, NCCL, staging, tasks) reads only this struct. Blocking, nonblocking and
  * persistent forms of a call share its op kind and differ in flags.
+ *
+ * NM_OPK_TABLE has one row per kind with the facts every layer needs (is it a collective, a
+ * reduction, rooted, can NCCL run it, can a rank have nothing to contribute). The enum, the names
+ * and the route's kind facts come from it; src/core/op_table.cc builds its rows (buffers, NCCL
+ * body) from the same list, so a kind without its row does not compile.
  */
 #ifndef NM_ROUTE_OP_H
 #define NM_ROUTE_OP_H
@@ -13,19 +18,59 @@
 extern "C" {
 #endif
 
+/* kind facts */
+enum {
+    NM_KF_COLL = 1u << 0,   /* collective: every rank of the communicator calls it */
+    NM_KF_RED = 1u << 1,    /* reduction: op and the signature's basic type matter */
+    NM_KF_ROOTED = 1u << 2, /* has a root */
+    NM_KF_NCCL = 1u << 3,   /* NCCL can run it (with a mapped op/type for reductions) */
+    NM_KF_AMBIG = 1u << 4,  /* a rank may have no data while others have some (per-rank counts):
+                               such a rank cannot know the others' memory kind */
+    NM_KF_ELEM = 1u << 5,   /* elementwise over one buffer (staged pipelining applies) */
+    NM_KF_P2P = 1u << 6,    /* point-to-point */
+    NM_KF_V = 1u << 7,      /* per-rank counts and displacements */
+};
+
+/*   X(KIND, name, facts) */
+#define NM_OPK_TABLE(X)                                                                       \
+    X(NONE, none, 0)                                                                          \
+    X(ALLREDUCE, allreduce, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL | NM_KF_ELEM)                 \
+    X(REDUCE, reduce, NM_KF_COLL | NM_KF_RED | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_ELEM)        \
+    X(BCAST, bcast, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_ELEM)                      \
+    X(ALLGATHER, allgather, NM_KF_COLL | NM_KF_NCCL)                                          \
+    X(ALLGATHERV, allgatherv, NM_KF_COLL | NM_KF_NCCL | NM_KF_V)                              \
+    X(ALLTOALL, alltoall, NM_KF_COLL | NM_KF_NCCL)                                            \
+    X(ALLTOALLV, alltoallv, NM_KF_COLL | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V)                  \
+    X(ALLTOALLW, alltoallw, NM_KF_COLL | NM_KF_AMBIG | NM_KF_V)                               \
+    X(REDUCE_SCATTER, reduce_scatter, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL)                    \
+    X(REDUCE_SCATTER_BLOCK, reduce_scatter_block, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL)        \
+    X(GATHER, gather, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL)                                 \
+    X(GATHERV, gatherv, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V)       \
+    X(SCATTER, scatter, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL)                               \
+    X(SCATTERV, scatterv, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V)     \
+    X(SCAN, scan, NM_KF_COLL | NM_KF_RED | NM_KF_ELEM)                                        \
+    X(EXSCAN, exscan, NM_KF_COLL | NM_KF_RED)                                                 \
+    X(BARRIER, barrier, NM_KF_COLL)                                                           \
+    X(SEND, send, NM_KF_P2P)                                                                  \
+    X(RECV, recv, NM_KF_P2P)                                                                  \
+    X(SENDRECV, sendrecv, NM_KF_P2P)                                                          \
+    X(SENDRECV_REPLACE, sendrecv_replace, NM_KF_P2P)                                          \
+    X(MRECV, mrecv, NM_KF_P2P)                                                                \
+    X(PROBE, probe, 0)                                                                        \
+    X(START, start, 0)                                                                        \
+    X(WAIT, wait, 0)                                                                          \
+    X(WAITALL, waitall, 0)                                                                    \
+    X(WAITANY, waitany, 0)                                                                    \
+    X(WAITSOME, waitsome, 0)                                                                  \
+    X(TEST, test, 0)                                                                          \
+    X(REQUEST, request, 0)                                                                    \
+    X(COMM, comm, 0)                                                                          \
+    X(SYNC, sync, 0)
+
 typedef enum {
-    NM_OPK_NONE = 0,
-    /* collectives */
-    NM_OPK_ALLREDUCE, NM_OPK_REDUCE, NM_OPK_BCAST, NM_OPK_ALLGATHER, NM_OPK_ALLGATHERV,
-    NM_OPK_ALLTOALL, NM_OPK_ALLTOALLV, NM_OPK_ALLTOALLW, NM_OPK_REDUCE_SCATTER,
-    NM_OPK_REDUCE_SCATTER_BLOCK, NM_OPK_GATHER, NM_OPK_GATHERV, NM_OPK_SCATTER, NM_OPK_SCATTERV,
-    NM_OPK_SCAN, NM_OPK_EXSCAN, NM_OPK_BARRIER,
-    /* point-to-point */
-    NM_OPK_SEND, NM_OPK_RECV, NM_OPK_SENDRECV, NM_OPK_SENDRECV_REPLACE, NM_OPK_MRECV, NM_OPK_PROBE,
-    NM_OPK_START,
-    /* completion, requests, communicators */
-    NM_OPK_WAIT, NM_OPK_WAITALL, NM_OPK_WAITANY, NM_OPK_WAITSOME, NM_OPK_TEST, NM_OPK_REQUEST,
-    NM_OPK_COMM,
+#define NM_OPK_ENUM(K, name, facts) NM_OPK_##K,
+    NM_OPK_TABLE(NM_OPK_ENUM)
+#undef NM_OPK_ENUM
     NM_OPK_COUNT
 } nm_opkind_t;
 
@@ -70,13 +115,11 @@ static inline void nm_op_init(nm_op_t *o, int fn, int kind, unsigned flags)
     o->comm = MPI_COMM_NULL;
 }
 
+extern const unsigned nm_opkind_facts[NM_OPK_COUNT];
 const char *nm_opkind_name(int kind);
-static inline int nm_opkind_is_coll(int k) { return k >= NM_OPK_ALLREDUCE && k <= NM_OPK_BARRIER; }
-static inline int nm_opkind_is_reduction(int k)
-{
-    return k == NM_OPK_ALLREDUCE || k == NM_OPK_REDUCE || k == NM_OPK_REDUCE_SCATTER ||
-           k == NM_OPK_REDUCE_SCATTER_BLOCK || k == NM_OPK_SCAN || k == NM_OPK_EXSCAN;
-}
+static inline unsigned nm_opk(int k) { return k >= 0 && k < NM_OPK_COUNT ? nm_opkind_facts[k] : 0u; }
+static inline int nm_opkind_is_coll(int k) { return (nm_opk(k) & NM_KF_COLL) != 0; }
+static inline int nm_opkind_is_reduction(int k) { return (nm_opk(k) & NM_KF_RED) != 0; }
 
 #ifdef __cplusplus
 }

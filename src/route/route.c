@@ -1,46 +1,94 @@
-/* ncclmpi: the routing decision. Pure: reads only its input. */
+/* ncclmpi: the routing decision. Pure: reads only its input. The argument that every rank
+ * decides the same is in route.h and doc/design.md; test/unit/test_route.c checks it. */
 #include "route/route.h"
 #include "route/nm_op.h"
 
-static nm_decision_t mk(ncclmpi_route_t r, nm_why_t w)
+const unsigned nm_opkind_facts[NM_OPK_COUNT] = {
+#define NM_OPK_FACTS(K, name, facts) [NM_OPK_##K] = (facts),
+    NM_OPK_TABLE(NM_OPK_FACTS)
+#undef NM_OPK_FACTS
+};
+
+static nm_decision_t mk(ncclmpi_route_t r, nm_why_t w, unsigned act)
 {
-    nm_decision_t d = {r, w};
+    nm_decision_t d = {r, w, act};
     return d;
+}
+
+int nm_route_nccl_capable(const nm_route_in_t *in)
+{
+    unsigned f = nm_opk(in->kind);
+    if (!(f & NM_KF_NCCL)) return 0;
+    if (f & NM_KF_RED) return in->nccl_op != NM_UNSUPPORTED && in->nccl_type != NM_UNSUPPORTED;
+    return 1;
+}
+
+static nm_why_t incapable_why(const nm_route_in_t *in)
+{
+    if (!(nm_opk(in->kind) & NM_KF_NCCL)) return NM_WHY_KIND;
+    return in->nccl_op == NM_UNSUPPORTED ? NM_WHY_OP : NM_WHY_TYPE;
+}
+
+/* NCCL communicator creation: only in a blocking collective (every rank of the communicator
+ * is in it, in the same order), and only from shared facts. */
+static unsigned create_act(const nm_route_in_t *in)
+{
+    if ((in->flags & NM_OPF_NB) || in->force_staged) return 0;
+    if (in->cap != NM_CAP_UNKNOWN && in->cap != NM_CAP_PENDING) return 0;
+    if (in->agree) return in->vote == NM_VOTE_NCCL ? NM_ACT_CREATE : 0;
+    if (in->cap == NM_CAP_PENDING) return NM_ACT_CREATE;
+    /* the uniform-memory contract: a device rank of a kind where every rank has data knows
+     * that every rank has device data */
+    if (in->rank_kind == NM_RK_DEVICE && !(nm_opk(in->kind) & NM_KF_AMBIG) && nm_route_nccl_capable(in))
+        return NM_ACT_CREATE;
+    return 0;
 }
 
 nm_decision_t nm_route(const nm_route_in_t *in)
 {
-    if (in->disable || !in->any_device) return mk(NCCLMPI_ROUTE_HOST, in->disable ? NM_WHY_DISABLED : NM_WHY_HOST_BUFFERS);
-    if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES);
-    if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT);
-    if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED);
+    const unsigned f = nm_opk(in->kind);
+    const int nb = (in->flags & NM_OPF_NB) != 0;
+    if (in->disable) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_DISABLED, 0);
+    if (!(f & NM_KF_COLL)) {
+        if (in->rank_kind != NM_RK_DEVICE)
+            return mk(NCCLMPI_ROUTE_HOST, in->rank_kind == NM_RK_EMPTY ? NM_WHY_EMPTY : NM_WHY_HOST_BUFFERS, 0);
+        if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT, 0);
+        if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, 0);
+        return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_P2P, 0);
+    }
+    unsigned act = create_act(in);
+    if (in->rank_kind == NM_RK_EMPTY) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_EMPTY, act);
+    if (in->rank_kind == NM_RK_HOST) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_HOST_BUFFERS, act);
+    if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
+    if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT, act);
+    if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED, act);
+    if (!nm_route_nccl_capable(in)) return mk(NCCLMPI_ROUTE_STAGED, incapable_why(in), act);
+    switch (in->cap) {
+    case NM_CAP_INTER: return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_INTER, act);
+    case NM_CAP_FAILED: return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_FAILED, act);
+    case NM_CAP_STAGED: return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_COMM, act);
+    default: break;
+    }
+    if (in->agree) {
+        if (nb) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_AGREE_NB, act);
+        if (in->vote != NM_VOTE_NCCL) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_MIXED, act);
+    }
+    const unsigned carrier = (f & NM_KF_AMBIG) ? NM_ACT_CARRIER : 0;
+    if (in->cap == NM_CAP_READY || (act & NM_ACT_CREATE))  /* after a creation: routed again */
+        return mk(NCCLMPI_ROUTE_NCCL, NM_WHY_NCCL, act | carrier);
+    /* no NCCL communicator, and this call cannot make one: the staged path, whose real-MPI
+     * call matches what every other rank calls */
+    unsigned pend = nb && in->cap == NM_CAP_UNKNOWN && !(f & NM_KF_AMBIG) ? NM_ACT_PENDING : 0;
+    return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_NOT_YET, act | pend);
+}
 
-    switch (in->kind) {
-    case NM_OPK_SCAN:
-    case NM_OPK_EXSCAN:
-    case NM_OPK_ALLTOALLW:
-        return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_KIND);
-    case NM_OPK_SEND:
-    case NM_OPK_RECV:
-    case NM_OPK_SENDRECV:
-    case NM_OPK_SENDRECV_REPLACE:
-    case NM_OPK_MRECV:
-        return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_P2P);
-    default:
-        break;
-    }
-    if (!nm_opkind_is_coll(in->kind)) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_KIND);
-    if (in->any_host) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_MIXED);
-    if (!in->comm_nccl) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_COMM);
-    if (nm_opkind_is_reduction(in->kind)) {
-        if (in->nccl_op == NM_UNSUPPORTED) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_OP);
-        if (in->nccl_type == NM_UNSUPPORTED) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_TYPE);
-        return mk(NCCLMPI_ROUTE_NCCL, NM_WHY_NCCL);
-    }
-    /* data movement: bytes, when both sides are contiguous and agree in size */
-    if (!in->s_contig || !in->r_contig) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_NONCONTIG);
-    if (!in->bytes_match) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_SIGNATURE);
-    return mk(NCCLMPI_ROUTE_NCCL, NM_WHY_NCCL);
+int nm_route_vote(const nm_route_in_t *in)
+{
+    if (in->rank_kind == NM_RK_EMPTY) return NM_VOTE_ANY;
+    if (in->rank_kind == NM_RK_HOST || in->devices_differ || in->force_staged || in->disable) return NM_VOTE_STAGE;
+    if (!nm_route_nccl_capable(in)) return NM_VOTE_STAGE;
+    if (in->cap == NM_CAP_INTER || in->cap == NM_CAP_STAGED || in->cap == NM_CAP_FAILED) return NM_VOTE_STAGE;
+    return NM_VOTE_NCCL;
 }
 
 const char *nm_why_str(nm_why_t why)
@@ -52,14 +100,17 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_FORCED] = "NCCLMPI_FORCE_STAGED=1",
         [NM_WHY_OP] = "op not in NCCL",
         [NM_WHY_TYPE] = "datatype not in NCCL for reductions",
-        [NM_WHY_NONCONTIG] = "non-contiguous datatype",
+        [NM_WHY_EMPTY] = "no data on this rank",
         [NM_WHY_COMM] = "communicator cannot use NCCL",
-        [NM_WHY_MIXED] = "host and device buffers mixed",
+        [NM_WHY_MIXED] = "NCCLMPI_AGREE: some rank passed host buffers",
         [NM_WHY_KIND] = "operation has no NCCL path",
         [NM_WHY_P2P] = "point-to-point on device buffers is staged",
         [NM_WHY_PERSISTENT] = "persistent requests on device buffers are not supported",
         [NM_WHY_DEVICES] = "buffers on different devices",
-        [NM_WHY_SIGNATURE] = "send and receive sizes differ",
+        [NM_WHY_INTER] = "intercommunicator",
+        [NM_WHY_NOT_YET] = "no NCCL communicator yet (made at the next blocking collective on it)",
+        [NM_WHY_FAILED] = "the communicator's NCCL operations failed earlier",
+        [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";
 }
@@ -75,20 +126,18 @@ const char *nm_route_str(ncclmpi_route_t r)
     }
 }
 
+const char *nm_cap_str(int cap)
+{
+    static const char *const s[NM_CAP_COUNT_] = {"unknown", "pending", "ready", "staged", "failed", "inter"};
+    return cap >= 0 && cap < NM_CAP_COUNT_ ? s[cap] : "?";
+}
+
 const char *nm_opkind_name(int kind)
 {
     static const char *const s[NM_OPK_COUNT] = {
-        [NM_OPK_NONE] = "none", [NM_OPK_ALLREDUCE] = "allreduce", [NM_OPK_REDUCE] = "reduce",
-        [NM_OPK_BCAST] = "bcast", [NM_OPK_ALLGATHER] = "allgather", [NM_OPK_ALLGATHERV] = "allgatherv",
-        [NM_OPK_ALLTOALL] = "alltoall", [NM_OPK_ALLTOALLV] = "alltoallv", [NM_OPK_ALLTOALLW] = "alltoallw",
-        [NM_OPK_REDUCE_SCATTER] = "reduce_scatter", [NM_OPK_REDUCE_SCATTER_BLOCK] = "reduce_scatter_block",
-        [NM_OPK_GATHER] = "gather", [NM_OPK_GATHERV] = "gatherv", [NM_OPK_SCATTER] = "scatter",
-        [NM_OPK_SCATTERV] = "scatterv", [NM_OPK_SCAN] = "scan", [NM_OPK_EXSCAN] = "exscan",
-        [NM_OPK_BARRIER] = "barrier", [NM_OPK_SEND] = "send", [NM_OPK_RECV] = "recv",
-        [NM_OPK_SENDRECV] = "sendrecv", [NM_OPK_SENDRECV_REPLACE] = "sendrecv_replace",
-        [NM_OPK_MRECV] = "mrecv", [NM_OPK_PROBE] = "probe", [NM_OPK_START] = "start",
-        [NM_OPK_WAIT] = "wait", [NM_OPK_WAITALL] = "waitall", [NM_OPK_WAITANY] = "waitany",
-        [NM_OPK_WAITSOME] = "waitsome", [NM_OPK_TEST] = "test", [NM_OPK_REQUEST] = "request",
-        [NM_OPK_COMM] = "comm"};
+#define NM_OPK_NAME(K, name, facts) [NM_OPK_##K] = #name,
+        NM_OPK_TABLE(NM_OPK_NAME)
+#undef NM_OPK_NAME
+    };
     return (kind >= 0 && kind < NM_OPK_COUNT && s[kind]) ? s[kind] : "?";
 }

@@ -1,7 +1,16 @@
 /* ncclmpi: pure routing decisions. No side effects, no GPU, no MPI calls: unit-testable.
  *
- * The core fills an nm_route_in_t from the call's description (buffer kinds, datatype and op
- * mapping, communicator capability) and nm_route() says which path runs it and why.
+ * The rule (doc/design.md, "One route on every rank") reads only facts every rank of the
+ * communicator shares: the call and its kind, the op, the basic type of the type signature,
+ * whether the shared count is zero, the communicator's agreed state (cap) and the settings
+ * (compared across ranks at MPI_Init). The one per-rank input, rank_kind, is the memory kind of
+ * the rank's significant bytes; it is the same on every rank as long as ranks pass the same kind
+ * of memory (the contract of a CUDA-aware MPI) except for ranks with nothing to contribute
+ * (EMPTY), which the rule gives a route compatible with every other rank's (see NM_ACT_CARRIER).
+ * Where ranks may pass different kinds, NCCLMPI_AGREE=1 makes blocking collectives vote first
+ * (in.vote) and every other collective take a route that works with any mix.
+ * Layout (contiguity), local byte counts and pointers are never inputs: a rank whose layout is
+ * not dense bytes packs it itself.
  */
 #ifndef NM_ROUTE_ROUTE_H
 #define NM_ROUTE_ROUTE_H
@@ -16,6 +25,22 @@ typedef enum { NM_MEM_HOST = 0, NM_MEM_DEVICE = 1, NM_MEM_MANAGED = 2, NM_MEM_PI
 
 #define NM_UNSUPPORTED (-1)
 
+/* What the rank holds in this call: no significant byte, host memory only, or some device
+ * memory (a rank with device and host buffers in one call is a device rank). */
+typedef enum { NM_RK_EMPTY = 0, NM_RK_HOST = 1, NM_RK_DEVICE = 2 } nm_rank_kind_t;
+
+/* Agreed state of a communicator's NCCL side; the same on every rank of it. */
+typedef enum {
+    NM_CAP_UNKNOWN = 0, /* no NCCL communicator yet (cost nothing until used) */
+    NM_CAP_PENDING,     /* a nonblocking device collective asked for one: made at the next
+                           blocking collective on the communicator */
+    NM_CAP_READY,       /* NCCL communicator ready */
+    NM_CAP_STAGED,      /* agreed at creation: this communicator cannot use NCCL */
+    NM_CAP_FAILED,      /* an NCCL operation failed or timed out: device collectives fail */
+    NM_CAP_INTER,       /* intercommunicator: staged */
+    NM_CAP_COUNT_
+} nm_cap_t;
+
 typedef enum {
     NM_WHY_HOST_BUFFERS,  /* every significant buffer is host memory */
     NM_WHY_DISABLED,      /* NCCLMPI_DISABLE=1 */
@@ -23,29 +48,39 @@ typedef enum {
     NM_WHY_FORCED,        /* NCCLMPI_FORCE_STAGED=1 */
     NM_WHY_OP,            /* reduction op has no NCCL equivalent */
     NM_WHY_TYPE,          /* datatype has no NCCL equivalent for this reduction */
-    NM_WHY_NONCONTIG,     /* datatype is not contiguous bytes */
-    NM_WHY_COMM,          /* communicator cannot use NCCL (shared GPU, no GPU, intercomm) */
-    NM_WHY_MIXED,         /* host and device buffers in one call */
+    NM_WHY_EMPTY,         /* this rank contributes no bytes */
+    NM_WHY_COMM,          /* communicator cannot use NCCL (shared GPU, no GPU, no NCCL) */
+    NM_WHY_MIXED,         /* NCCLMPI_AGREE: some rank has host buffers */
     NM_WHY_KIND,          /* operation has no NCCL path (scan, exscan, alltoallw) */
     NM_WHY_P2P,           /* point-to-point on device buffers goes through the staged path */
     NM_WHY_PERSISTENT,    /* persistent requests on device buffers: not supported */
     NM_WHY_DEVICES,       /* buffers on two different devices in one call: error */
-    NM_WHY_SIGNATURE,     /* send and receive type signatures differ in bytes: staged, MPI decides */
+    NM_WHY_INTER,         /* intercommunicator */
+    NM_WHY_NOT_YET,       /* no NCCL communicator yet; made at the next blocking collective */
+    NM_WHY_FAILED,        /* the communicator's NCCL side failed earlier */
+    NM_WHY_AGREE_NB,      /* NCCLMPI_AGREE: nonblocking collectives do not vote: staged */
     NM_WHY_COUNT_
 } nm_why_t;
+
+/* Actions beside the route. Each is a function of shared facts, so every rank takes it. */
+enum {
+    NM_ACT_CREATE = 1u << 0,  /* create the NCCL communicator now (a blocking collective:
+                                 every rank is here), then route again */
+    NM_ACT_PENDING = 1u << 1, /* mark the communicator PENDING */
+    NM_ACT_CARRIER = 1u << 2, /* NCCL route of an AMBIG kind: also make the real MPI call with
+                                 zero counts, which matches what an EMPTY rank calls */
+};
 
 typedef struct nm_route_in {
     int kind;          /* nm_opkind_t */
     unsigned flags;    /* NM_OPF_* */
-    int any_device;    /* some significant buffer is device (or managed routed as device) */
-    int any_host;      /* some significant, non-empty buffer is host memory */
-    int devices_differ;/* device buffers live on more than one device */
-    int comm_nccl;     /* communicator may use NCCL (intracomm, distinct GPUs); 0 = staged only */
-    int nccl_type;     /* reductions: NCCL type of the datatype, or NM_UNSUPPORTED */
+    int rank_kind;     /* nm_rank_kind_t (per rank; see above) */
+    int devices_differ;/* device buffers on more than one device (an erroneous call) */
+    int cap;           /* nm_cap_t of the communicator */
+    int nccl_type;     /* reductions: NCCL type of the signature's basic type, or NM_UNSUPPORTED */
     int nccl_op;       /* reductions: NCCL op, or NM_UNSUPPORTED */
-    int s_contig;      /* send datatype(s) are contiguous bytes */
-    int r_contig;      /* receive datatype(s) are contiguous bytes */
-    int bytes_match;   /* data movement: send and receive byte counts agree */
+    int agree;         /* NCCLMPI_AGREE */
+    int vote;          /* NCCLMPI_AGREE, blocking collectives: MIN over ranks of nm_route_vote(); -1 none */
     int disable;       /* NCCLMPI_DISABLE */
     int force_staged;  /* NCCLMPI_FORCE_STAGED */
 } nm_route_in_t;
@@ -53,11 +88,20 @@ typedef struct nm_route_in {
 typedef struct nm_decision {
     ncclmpi_route_t route;
     nm_why_t why;
+    unsigned act;      /* NM_ACT_* */
 } nm_decision_t;
 
+/* Vote values of NCCLMPI_AGREE (the MIN over ranks decides). */
+enum { NM_VOTE_STAGE = 0, NM_VOTE_NCCL = 1, NM_VOTE_ANY = 2 };
+
 nm_decision_t nm_route(const nm_route_in_t *in);
+/* This rank's vote before an agreed blocking collective. */
+int nm_route_vote(const nm_route_in_t *in);
+/* The kind, op and type allow NCCL (settings and communicator aside). */
+int nm_route_nccl_capable(const nm_route_in_t *in);
 const char *nm_why_str(nm_why_t why);
 const char *nm_route_str(ncclmpi_route_t r);
+const char *nm_cap_str(int cap);
 
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */

@@ -23,21 +23,20 @@ static nm_route_in_t dev_coll(int kind)
     nm_route_in_t in;
     memset(&in, 0, sizeof(in));
     in.kind = kind;
-    in.any_device = 1;
-    in.comm_nccl = 1;
+    in.rank_kind = NM_RK_DEVICE;
+    in.cap = NM_CAP_READY;
     in.nccl_type = ncclFloat32;
     in.nccl_op = ncclSum;
-    in.s_contig = in.r_contig = in.bytes_match = 1;
+    in.vote = -1;
     return in;
 }
 
 static void test_route(void)
 {
     nm_route_in_t in = dev_coll(NM_OPK_ALLREDUCE);
-    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL);
-    in.any_device = 0;
-    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST);
-    CHECK(nm_route(&in).why == NM_WHY_HOST_BUFFERS);
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && nm_route(&in).act == 0);
+    in.rank_kind = NM_RK_HOST;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_route(&in).why == NM_WHY_HOST_BUFFERS);
     in = dev_coll(NM_OPK_ALLREDUCE);
     in.disable = 1;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST);
@@ -48,27 +47,21 @@ static void test_route(void)
     in.nccl_type = NM_UNSUPPORTED;
     CHECK(nm_route(&in).why == NM_WHY_TYPE);
     in = dev_coll(NM_OPK_ALLREDUCE);
-    in.comm_nccl = 0;
+    in.cap = NM_CAP_STAGED;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_COMM);
-    in = dev_coll(NM_OPK_ALLREDUCE);
-    in.any_host = 1;
-    CHECK(nm_route(&in).why == NM_WHY_MIXED);
+    in.cap = NM_CAP_FAILED;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ERROR && nm_route(&in).why == NM_WHY_FAILED);
     in = dev_coll(NM_OPK_ALLREDUCE);
     in.devices_differ = 1;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ERROR && nm_route(&in).why == NM_WHY_DEVICES);
     in = dev_coll(NM_OPK_ALLREDUCE);
     in.force_staged = 1;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED);
-    /* data movement ignores op/type maps but needs contiguous, size-matched bytes */
+    /* data movement ignores op/type maps */
     in = dev_coll(NM_OPK_BCAST);
     in.nccl_type = NM_UNSUPPORTED;
     in.nccl_op = NM_UNSUPPORTED;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL);
-    in.r_contig = 0;
-    CHECK(nm_route(&in).why == NM_WHY_NONCONTIG);
-    in = dev_coll(NM_OPK_ALLGATHER);
-    in.bytes_match = 0;
-    CHECK(nm_route(&in).why == NM_WHY_SIGNATURE);
     int staged_kinds[] = {NM_OPK_SCAN, NM_OPK_EXSCAN, NM_OPK_ALLTOALLW};
     for (int i = 0; i < 3; i++) {
         in = dev_coll(staged_kinds[i]);
@@ -79,11 +72,132 @@ static void test_route(void)
     in = dev_coll(NM_OPK_SEND);
     in.flags = NM_OPF_PERS;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ERROR && nm_route(&in).why == NM_WHY_PERSISTENT);
-    /* nonblocking forms route like blocking ones */
-    in = dev_coll(NM_OPK_REDUCE_SCATTER_BLOCK);
+    /* lifecycle: a blocking device collective creates, a nonblocking one marks pending and is
+     * staged, the next blocking collective of any kind creates */
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.cap = NM_CAP_UNKNOWN;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && (nm_route(&in).act & NM_ACT_CREATE));
     in.flags = NM_OPF_NB;
-    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL);
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).act == NM_ACT_PENDING);
+    in = dev_coll(NM_OPK_BARRIER);
+    in.rank_kind = NM_RK_EMPTY;
+    in.cap = NM_CAP_PENDING;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_route(&in).act == NM_ACT_CREATE);
+    /* ambiguous kinds never create from a device rank's view, and carry the real call */
+    in = dev_coll(NM_OPK_GATHERV);
+    in.cap = NM_CAP_UNKNOWN;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).act == 0);
+    in.cap = NM_CAP_READY;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && nm_route(&in).act == NM_ACT_CARRIER);
     for (int w = 0; w < NM_WHY_COUNT_; w++) CHECK(strcmp(nm_why_str((nm_why_t)w), "?") != 0);
+    for (int k = 0; k < NM_OPK_COUNT; k++) CHECK(strcmp(nm_opkind_name(k), "?") != 0);
+    for (int c = 0; c < NM_CAP_COUNT_; c++) CHECK(strcmp(nm_cap_str(c), "?") != 0);
+}
+
+/* ---- the route does not depend on per-rank facts ------------------------------------------
+ * For every combination of shared facts (kind, blocking, cap, op/type support, settings) and
+ * every assignment of per-rank memory kinds that the contract allows over 3 ranks, the ranks'
+ * decisions must be compatible: the same creation and pending actions, and the same channels.
+ * A rank takes part in NCCL (non-AMBIG kinds need every rank there) and/or makes the real MPI
+ * call (HOST, STAGED, or NCCL with a carrier): for a collective, either every rank makes the real
+ * call, or none does. */
+enum { NR = 3 };
+
+static int makes_real_call(nm_decision_t d)
+{
+    return d.route == NCCLMPI_ROUTE_HOST || d.route == NCCLMPI_ROUTE_STAGED ||
+           (d.route == NCCLMPI_ROUTE_NCCL && (d.act & NM_ACT_CARRIER));
+}
+
+static int checked_cases;
+
+static void check_ranks(nm_route_in_t base, const int rk[NR])
+{
+    nm_route_in_t in[NR];
+    nm_decision_t d[NR];
+    int vote = NM_VOTE_ANY;
+    for (int r = 0; r < NR; r++) {
+        in[r] = base;
+        in[r].rank_kind = rk[r];
+        int v = nm_route_vote(&in[r]);
+        if (v < vote) vote = v;
+    }
+    for (int r = 0; r < NR; r++) {
+        if (base.agree && !(base.flags & NM_OPF_NB)) in[r].vote = vote;
+        d[r] = nm_route(&in[r]);
+    }
+    int amb = (nm_opk(base.kind) & NM_KF_AMBIG) != 0;
+    int any_error = 0, any_nccl = 0, real = 0;
+    for (int r = 0; r < NR; r++) {
+        any_error |= d[r].route == NCCLMPI_ROUTE_ERROR;
+        any_nccl |= d[r].route == NCCLMPI_ROUTE_NCCL;
+        real += makes_real_call(d[r]);
+    }
+    checked_cases++;
+    for (int r = 1; r < NR; r++) {
+        if ((d[r].act & (NM_ACT_CREATE | NM_ACT_PENDING)) != (d[0].act & (NM_ACT_CREATE | NM_ACT_PENDING))) {
+            fprintf(stderr, "kind %s nb %d cap %s agree %d: ranks %d/%d act %u/%u\n", nm_opkind_name(base.kind),
+                    !!(base.flags & NM_OPF_NB), nm_cap_str(base.cap), base.agree, rk[0], rk[r], d[0].act, d[r].act);
+            failures++;
+        }
+    }
+    if (any_error) return; /* erroneous state (failed communicator): errors raised, no check */
+    if (real != 0 && real != NR) {
+        fprintf(stderr, "kind %s nb %d cap %s agree %d kinds %d%d%d: %d of %d ranks make the real call\n",
+                nm_opkind_name(base.kind), !!(base.flags & NM_OPF_NB), nm_cap_str(base.cap), base.agree, rk[0], rk[1],
+                rk[2], real, NR);
+        failures++;
+    }
+    if (any_nccl && !amb)
+        for (int r = 0; r < NR; r++)
+            if (d[r].route != NCCLMPI_ROUTE_NCCL) {
+                fprintf(stderr, "kind %s cap %s: rank kinds %d%d%d: NCCL on some ranks only\n", nm_opkind_name(base.kind),
+                        nm_cap_str(base.cap), rk[0], rk[1], rk[2]);
+                failures++;
+                break;
+            }
+}
+
+static void test_route_agreement(void)
+{
+    const int nccl_types[] = {ncclFloat32, NM_UNSUPPORTED}, nccl_ops[] = {ncclSum, NM_UNSUPPORTED};
+    for (int kind = 1; kind < NM_OPK_COUNT; kind++) {
+        if (!nm_opkind_is_coll(kind)) continue;
+        int amb = (nm_opk(kind) & NM_KF_AMBIG) != 0;
+        for (int nb = 0; nb < 2; nb++)
+            for (int cap = 0; cap < NM_CAP_COUNT_; cap++)
+                for (int ti = 0; ti < 2; ti++)
+                    for (int oi = 0; oi < 2; oi++)
+                        for (int agree = 0; agree < 2; agree++)
+                            for (int forced = 0; forced < 2; forced++) {
+                                nm_route_in_t base;
+                                memset(&base, 0, sizeof(base));
+                                base.kind = kind;
+                                base.flags = nb ? NM_OPF_NB : 0;
+                                base.cap = cap;
+                                base.nccl_type = nccl_types[ti];
+                                base.nccl_op = nccl_ops[oi];
+                                base.agree = agree;
+                                base.force_staged = forced;
+                                base.vote = -1;
+                                /* per-rank kinds over NR ranks: 3^NR assignments */
+                                for (int code = 0; code < 27; code++) {
+                                    int rk[NR] = {code % 3, (code / 3) % 3, code / 9};
+                                    int ne = 0, dev = 0, host = 0;
+                                    for (int r = 0; r < NR; r++) {
+                                        ne += rk[r] == NM_RK_EMPTY;
+                                        dev += rk[r] == NM_RK_DEVICE;
+                                        host += rk[r] == NM_RK_HOST;
+                                    }
+                                    /* the contract: without AGREE, non-empty ranks share one kind;
+                                     * empty ranks only where counts are per rank (else all empty) */
+                                    if (!agree && dev && host) continue;
+                                    if (!amb && ne && ne != NR) continue;
+                                    check_ranks(base, rk);
+                                }
+                            }
+    }
+    CHECK(checked_cases > 1000);
 }
 
 static void test_maps(void)
@@ -152,6 +266,7 @@ static void test_table(void)
 int main(void)
 {
     test_route();
+    test_route_agreement();
     test_maps();
     test_config();
     test_table();
@@ -159,6 +274,6 @@ int main(void)
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;
     }
-    printf("test_route: all checks passed\n");
+    printf("test_route: all checks passed (%d rank-agreement cases)\n", checked_cases);
     return 0;
 }

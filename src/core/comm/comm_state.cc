@@ -1,4 +1,9 @@
 // ncclmpi: communicator states and the lifecycle of their process groups.
+//
+// NCCL communicators are created only inside a blocking collective (every rank of the
+// communicator is in it, in the same order: comm_create), after the ranks agree that each of
+// them can take part (a GPU of its own, NCCL loaded, a stream): one PMPI_Allgather of every
+// rank's readiness, so that every rank reaches the same answer, READY or STAGED.
 #include "core/comm/comm_state.h"
 
 #include <string.h>
@@ -7,42 +12,44 @@
 #include <mutex>
 #include <vector>
 
-#include "core/engine/task.h"
+#include "core/engine/engine.h"
 #include "util/config.h"
 #include "util/log.h"
 
 namespace ncclmpi {
 
-static std::recursive_mutex states_mu;
-static std::vector<CommState *> states;  // live states, in creation order
-static std::vector<ProcessGroup *> pg_order;  // live groups, in creation order
+static std::mutex states_mu;                  // the registry below, never held across MPI calls
+static std::vector<CommState *> states;       // live states, in creation order
 static int comm_keyval = MPI_KEYVAL_INVALID;
 static int next_id;
-static uint64_t comm_gen = 1;  // bumped whenever a state dies: invalidates the thread caches
+static uint64_t comm_gen = 1;                 // bumped whenever a state dies: invalidates the thread caches
 static thread_local struct {
     MPI_Comm comm;
     CommState *cs;
     uint64_t gen;
 } comm_cache;
 
-static void forget_groups(CommState *cs)
-{
-    for (auto &kv : cs->pgs) {
-        if (!kv.second) continue;
-        pg_order.erase(std::remove(pg_order.begin(), pg_order.end(), kv.second.get()), pg_order.end());
-    }
-}
-
 static int comm_delete_fn(MPI_Comm, int, void *val, void *)
 {
-    tasks_drain();  // nothing may still run on the groups we are about to destroy
-    std::lock_guard<std::recursive_mutex> g(states_mu);
     CommState *cs = static_cast<CommState *>(val);
     __atomic_add_fetch(&comm_gen, 1, __ATOMIC_RELEASE);
-    forget_groups(cs);
-    states.erase(std::remove(states.begin(), states.end(), cs), states.end());
-    delete cs;  // ProcessGroup destructors drain and destroy their NCCL comms
+    {
+        std::lock_guard<std::mutex> g(states_mu);
+        states.erase(std::remove(states.begin(), states.end(), cs), states.end());
+    }
+    // Launch what is queued (nothing waits here for other communicators' work, nor for peers),
+    // release the hidden duplicate (every rank frees this communicator, so every rank is here),
+    // and let the last operation in flight destroy the NCCL communicator.
+    engine_comm_freed(cs);
+    comm_release(cs);
     return MPI_SUCCESS;
+}
+
+void comm_release(CommState *cs)
+{
+    if (cs->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (cs->pg) cs->pg->destroy();
+    delete cs;
 }
 
 int world_rank()
@@ -54,102 +61,125 @@ int world_rank()
     return r;
 }
 
-CommState *comm_state(MPI_Comm comm)
+static CommState *lookup(MPI_Comm comm)
 {
-    uint64_t gen = __atomic_load_n(&comm_gen, __ATOMIC_ACQUIRE);
-    if (comm_cache.comm == comm && comm_cache.gen == gen && comm_cache.cs) return comm_cache.cs;
-    CommState *cs = comm_state_lookup(comm);
-    comm_cache.comm = comm;
-    comm_cache.cs = cs;
-    comm_cache.gen = gen;
-    return cs;
-}
-
-CommState *comm_state_lookup(MPI_Comm comm)
-{
-    std::lock_guard<std::recursive_mutex> g(states_mu);
-    if (comm_keyval == MPI_KEYVAL_INVALID)
-        PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete_fn, &comm_keyval, nullptr);
+    {
+        std::lock_guard<std::mutex> g(states_mu);
+        if (comm_keyval == MPI_KEYVAL_INVALID)
+            PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete_fn, &comm_keyval, nullptr);
+    }
     void *val = nullptr;
     int found = 0;
     PMPI_Comm_get_attr(comm, comm_keyval, &val, &found);
     if (found) return static_cast<CommState *>(val);
     CommState *cs = new CommState;
     cs->comm = comm;
-    cs->id = next_id++;
     int inter = 0;
     PMPI_Comm_test_inter(comm, &inter);
     cs->inter = inter != 0;
     PMPI_Comm_rank(comm, &cs->rank);
     PMPI_Comm_size(comm, &cs->size);
     cs->remote_size = cs->size;
-    if (cs->inter) PMPI_Comm_remote_size(comm, &cs->remote_size);
+    if (cs->inter) {
+        PMPI_Comm_remote_size(comm, &cs->remote_size);
+        cs->cap.store(NM_CAP_INTER);
+    }
+    std::lock_guard<std::mutex> g(states_mu);
+    // another thread may have attached one meanwhile (MPI_THREAD_MULTIPLE)
+    PMPI_Comm_get_attr(comm, comm_keyval, &val, &found);
+    if (found) {
+        delete cs;
+        return static_cast<CommState *>(val);
+    }
+    cs->id = next_id++;
     PMPI_Comm_set_attr(comm, comm_keyval, cs);
     states.push_back(cs);
+    return cs;
+}
+
+CommState *comm_state(MPI_Comm comm)
+{
+    uint64_t gen = __atomic_load_n(&comm_gen, __ATOMIC_ACQUIRE);
+    if (comm_cache.comm == comm && comm_cache.gen == gen && comm_cache.cs) return comm_cache.cs;
+    CommState *cs = lookup(comm);
+    comm_cache.comm = comm;
+    comm_cache.cs = cs;
+    comm_cache.gen = gen;
     return cs;
 }
 
 std::string CommState::describe() const
 {
     char b[96];
-    snprintf(b, sizeof(b), "comm%d{rank %d/%d%s}", id, rank, size, inter ? ", inter" : "");
+    snprintf(b, sizeof(b), "comm%d{rank %d/%d%s, %s}", id, rank, size, inter ? ", inter" : "", nm_cap_str(getcap()));
     return b;
 }
 
-// Every rank must have a GPU and no two ranks may share one; all ranks learn the same answer.
-static bool distinct_gpus(const CommState &cs, int device)
+// What each rank tells the others before any NCCL call.
+struct Readiness {
+    int ok;
+    int nccl_version;
+    CUuuid uuid;
+    char why[48];
+};
+
+static void set_staged(CommState *cs, const char *fmt, int who, const char *detail)
 {
-    struct Entry {
-        int ok;
-        CUuuid uuid;
-    } mine;
-    memset(&mine, 0, sizeof(mine));
-    CUdevice dev;
-    mine.ok = device >= 0 && cu.cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
-              cu.cuDeviceGetUuid(&mine.uuid, dev) == CUDA_SUCCESS;
-    std::vector<Entry> all(cs.size);
-    PMPI_Allgather(&mine, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, cs.comm);
-    for (int i = 0; i < cs.size; i++) {
-        if (!all[i].ok) {
-            NM_INFO(INIT, "%s: rank %d has no usable GPU: staged path", cs.describe().c_str(), i);
-            return false;
-        }
-        for (int j = 0; j < i; j++)
-            if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid))) {
-                NM_INFO(INIT, "%s: ranks %d and %d share a GPU: staged path (NCCL needs one GPU per rank)",
-                        cs.describe().c_str(), j, i);
-                return false;
-            }
-    }
-    return true;
+    char b[192];
+    if (who >= 0) snprintf(b, sizeof(b), fmt, who, detail);
+    else snprintf(b, sizeof(b), "%s", detail);
+    cs->why_staged = b;
+    cs->cap.store(NM_CAP_STAGED, std::memory_order_release);
+    if (cs->rank == 0) NM_INFO(INIT, "%s: staged path for device buffers: %s", cs->describe().c_str(), b);
 }
 
-ProcessGroup *CommState::group(int device, nm_status_t *st)
+void comm_create(CommState *cs, int device)
 {
-    std::lock_guard<std::recursive_mutex> g(states_mu);
-    *st = NM_OK;
-    if (inter) return nullptr;
-    auto it = pgs.find(device);
-    if (it != pgs.end()) {
-        ProcessGroup *pg = it->second.get();
-        return pg && pg->state() == ProcessGroup::State::READY ? pg : nullptr;
+    int cap = cs->getcap();
+    if (cap != NM_CAP_UNKNOWN && cap != NM_CAP_PENDING) return;
+    if (device < 0) device = cs->pending_device;
+    double t0 = nm_now_s();
+    std::unique_ptr<ProcessGroup> pg(new ProcessGroup(cs->id, device, cs->rank, cs->size));
+    Readiness mine;
+    memset(&mine, 0, sizeof(mine));
+    std::string why;
+    CUdevice dev;
+    mine.ok = pg->prepare(&why) && cu.cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
+              cu.cuDeviceGetUuid(&mine.uuid, dev) == CUDA_SUCCESS;
+    if (!mine.ok && why.empty()) why = "no GPU identity";
+    mine.nccl_version = nccl_loaded() ? nccl.version : 0;
+    snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
+    std::vector<Readiness> all(cs->size);
+    PMPI_Allgather(&mine, sizeof(Readiness), MPI_BYTE, all.data(), sizeof(Readiness), MPI_BYTE, cs->comm);
+    for (int i = 0; i < cs->size; i++) {
+        if (!all[i].ok) return set_staged(cs, "rank %d: %s", i, all[i].why);
+        if (all[i].nccl_version != all[0].nccl_version) return set_staged(cs, "rank %d: %s", i, "another NCCL version than rank 0");
+        for (int j = 0; j < i; j++)
+            if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid))) {
+                char d[96];
+                snprintf(d, sizeof(d), "shares its GPU with rank %d (NCCL needs one GPU per rank)", j);
+                return set_staged(cs, "rank %d %s", i, d);
+            }
     }
-    // First device use of this communicator on this device: collective on every rank.
-    std::unique_ptr<ProcessGroup> pg;
-    if (distinct_gpus(*this, device)) {
-        pg.reset(new ProcessGroup(comm, id, device, rank, size));
-        int ok = pg->init_fresh() == NM_OK, all_ok = 0;
-        PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-        if (!all_ok) {
-            if (ok) NM_WARN(INIT, "%s: NCCL init failed on another rank: staged path", describe().c_str());
-            pg.reset();
-        }
+    // Every rank is ready: a hidden duplicate for the engine's agreements, an id from rank 0.
+    if (nm_cfg.COALESCE && cs->hidden == MPI_COMM_NULL) PMPI_Comm_dup(cs->comm, &cs->hidden);
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof(msg));
+    if (cs->rank == 0) msg.ok = nccl.ncclGetUniqueId(&msg.id) == ncclSuccess;
+    PMPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, cs->comm);
+    int ok = msg.ok && pg->init_with_id(msg.id) == NM_OK, all_ok = 0;
+    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, cs->comm);
+    if (!all_ok) {
+        if (ok) pg->fail("NCCL initialization failed on another rank");
+        pg->destroy();
+        return set_staged(cs, "", -1, "ncclCommInitRank failed on some rank");
     }
-    ProcessGroup *p = pg.get();
-    if (p) pg_order.push_back(p);
-    pgs[device] = std::move(pg);
-    nccl_ok = p ? 1 : 0;
-    return p;
+    cs->pg = std::move(pg);
+    cs->cap.store(NM_CAP_READY, std::memory_order_release);
+    NM_DEBUG(INIT, "%s: NCCL communicator agreed and made in %.1f ms", cs->describe().c_str(), 1e3 * (nm_now_s() - t0));
 }
 
 // Device for NCCLMPI_EAGER: the current context's, else local rank modulo the device count.
@@ -168,83 +198,86 @@ static int eager_device(MPI_Comm comm)
     return lrank % n;
 }
 
+// ncclCommSplit of a READY parent into the child (collective over the parent's ranks).
+static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
+{
+    CommState *cs = child != MPI_COMM_NULL ? comm_state(child) : nullptr;
+    int color = NCCL_SPLIT_NOCOLOR, key = 0;
+    if (cs) {  // color: the parent rank of the child's rank 0 (same on every member)
+        MPI_Group pgp, cgp;
+        int zero = 0;
+        PMPI_Comm_group(parent, &pgp);
+        PMPI_Comm_group(child, &cgp);
+        PMPI_Group_translate_ranks(cgp, 1, &zero, pgp, &color);
+        PMPI_Group_free(&pgp);
+        PMPI_Group_free(&cgp);
+        key = cs->rank;
+    }
+    std::unique_ptr<ProcessGroup> pg;
+    int ok = 1, all_ok = 0;
+    ProcessGroup *ppg = ps->pg.get();
+    if (cs && !cs->inter) {
+        pg.reset(new ProcessGroup(cs->id, ppg->device(), cs->rank, cs->size));
+        std::string why;
+        ok = pg->prepare(&why) && pg->init_split(*ppg, color, key) == NM_OK;
+    } else {
+        ncclComm_t none = nullptr;
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.splitShare = 1;
+        DeviceGuard dg(ppg->ctx());
+        ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess;
+    }
+    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, parent);
+    if (!cs || cs->inter) return all_ok != 0;
+    if (!all_ok) {
+        if (pg) {
+            if (ok) pg->fail("ncclCommSplit failed on another rank");
+            pg->destroy();
+        }
+        return false;
+    }
+    std::lock_guard<std::mutex> g(cs->mu);
+    if (nm_cfg.COALESCE) PMPI_Comm_dup(child, &cs->hidden);
+    cs->pg = std::move(pg);
+    cs->cap.store(NM_CAP_READY, std::memory_order_release);
+    return true;
+}
+
 void comm_state_created(MPI_Comm parent, MPI_Comm child)
 {
-    std::lock_guard<std::recursive_mutex> g(states_mu);
-    CommState *ps = nullptr;
-    if (comm_keyval != MPI_KEYVAL_INVALID && parent != MPI_COMM_NULL) {
-        void *val = nullptr;
-        int found = 0;
-        PMPI_Comm_get_attr(parent, comm_keyval, &val, &found);
-        if (found) ps = static_cast<CommState *>(val);
+    if (!nm_cfg.EAGER) return;
+    CommState *ps = parent != MPI_COMM_NULL ? comm_state(parent) : nullptr;
+    // every rank of the parent knows the parent's agreed state, so all split or none does
+    if (ps && nm_cfg.SPLIT && ps->getcap() == NM_CAP_READY && nccl.ncclCommSplit && eager_split(ps, parent, child))
+        return;
+    if (child == MPI_COMM_NULL) return;
+    CommState *cs = comm_state(child);
+    if (cs->inter) return;
+    int dev = eager_device(child);
+    int have = dev >= 0, all_have = 0;  // every member must take part, also those without a device
+    PMPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, child);
+    if (!all_have) {
+        NM_INFO(INIT, "NCCLMPI_EAGER: a rank has no current CUDA device; NCCL communicator made at first use");
+        return;
     }
-    bool split = false;
-    if (ps && nm_cfg.SPLIT && nccl.ncclCommSplit) {
-        for (auto &kv : ps->pgs) {
-            ProcessGroup *ppg = kv.second.get();
-            if (!ppg || ppg->state() != ProcessGroup::State::READY) continue;
-            split = true;
-            CommState *cs = child != MPI_COMM_NULL ? comm_state(child) : nullptr;
-            int color = NCCL_SPLIT_NOCOLOR, key = 0;
-            if (cs) {
-                // color: the parent rank of the child's rank 0 (same on every member)
-                MPI_Group pgp, cgp;
-                int zero = 0;
-                PMPI_Comm_group(parent, &pgp);
-                PMPI_Comm_group(child, &cgp);
-                PMPI_Group_translate_ranks(cgp, 1, &zero, pgp, &color);
-                PMPI_Group_free(&pgp);
-                PMPI_Group_free(&cgp);
-                key = cs->rank;
-            }
-            std::unique_ptr<ProcessGroup> pg;
-            int ok = 1, all_ok = 0;
-            if (cs && !cs->inter) {
-                pg.reset(new ProcessGroup(child, cs->id, kv.first, cs->rank, cs->size));
-                ok = pg->init_split(*ppg, color, key) == NM_OK;
-            } else if (!cs) {
-                ncclComm_t none = nullptr;
-                ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-                cfg.splitShare = 1;
-                DeviceGuard dg(ppg->ctx());
-                ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess;
-            }
-            PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, parent);
-            if (cs && !cs->inter) {
-                if (all_ok) {
-                    pg_order.push_back(pg.get());
-                    cs->pgs[kv.first] = std::move(pg);
-                    cs->nccl_ok = 1;
-                } else {
-                    NM_WARN(INIT, "%s: ncclCommSplit failed on some rank; NCCL comm made at first use instead",
-                            cs->describe().c_str());
-                }
-            }
-        }
-    }
-    if (!split && nm_cfg.EAGER && child != MPI_COMM_NULL) {
-        int dev = eager_device(child);
-        // every member must take part, also those without a current device
-        int have = dev >= 0, all_have = 0;
-        PMPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, child);
-        if (all_have) {
-            nm_status_t st;
-            comm_state(child)->group(dev, &st);
-        } else {
-            NM_INFO(INIT, "NCCLMPI_EAGER: a rank has no current CUDA device; NCCL comm made at first use");
-        }
-    }
+    std::lock_guard<std::mutex> g(cs->mu);
+    comm_create(cs, dev);
 }
 
 void comm_states_teardown()
 {
-    std::lock_guard<std::recursive_mutex> g(states_mu);
+    std::vector<CommState *> all;
+    {
+        std::lock_guard<std::mutex> g(states_mu);
+        all = states;
+    }
     // children (created later) before parents: split comms share their parent's resources
-    for (auto it = pg_order.rbegin(); it != pg_order.rend(); ++it) (*it)->destroy();
-    pg_order.clear();
-    for (CommState *cs : states) {
-        cs->pgs.clear();
-        cs->nccl_ok = -1;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        CommState *cs = *it;
+        std::lock_guard<std::mutex> g(cs->mu);
+        if (cs->pg) cs->pg->destroy();
+        cs->pg.reset();
+        if (cs->getcap() == NM_CAP_READY || cs->getcap() == NM_CAP_FAILED) cs->cap.store(NM_CAP_UNKNOWN);
     }
 }
 

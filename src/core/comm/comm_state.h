@@ -1,40 +1,67 @@
-// ncclmpi: per-MPI-communicator state: its process groups (one per device), found through an
-// attribute whose delete callback tears them down; creation from a parent (ncclCommSplit);
-// teardown before MPI_Finalize.
+// ncclmpi: per-MPI-communicator state, found through an attribute whose delete callback releases
+// it: its agreed NCCL capability (route.h's nm_cap_t), its process group, the hidden duplicate
+// the engine agrees on coalesced groups over, and the engine's queue. The lifecycle and the
+// argument that every rank takes the same steps are in doc/design.md.
 #ifndef NM_CORE_COMM_STATE_H
 #define NM_CORE_COMM_STATE_H
 #include <mpi.h>
 
-#include <map>
+#include <atomic>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/comm/process_group.h"
+#include "route/route.h"
 
 namespace ncclmpi {
 
-// Per-MPI-communicator state, found through an attribute (its delete callback tears it down).
+struct Op;
+
+// One agreement round of the engine: a PMPI_Iallreduce(MIN) of a proposal on the hidden comm.
+struct Round {
+    int proposal = 0, result = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    double t0 = 0;
+};
+
 struct CommState {
     MPI_Comm comm = MPI_COMM_NULL;
     int id = 0;
     int rank = 0, size = 0, remote_size = 0;
     bool inter = false;
-    int nccl_ok = -1;  // -1 not yet checked, 0 staged only, 1 NCCL
-    std::map<int, std::unique_ptr<ProcessGroup>> pgs;  // by device
+    std::mutex mu;  // creation, launches and the queue of this communicator only
+    std::atomic<int> cap{NM_CAP_UNKNOWN};
+    int pending_device = -1;  // device of the nonblocking call that made it PENDING
+    std::unique_ptr<ProcessGroup> pg;
+    MPI_Comm hidden = MPI_COMM_NULL;
+    std::string why_staged;
 
-    // The group for `device`, created collectively on first use. nullptr when the
-    // communicator cannot use NCCL (then nccl_ok == 0 on every rank).
-    ProcessGroup *group(int device, nm_status_t *st);
+    // engine (engine.cc), under mu
+    std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order
+    uint64_t seq = 0;             // NCCL operations issued on this communicator
+    std::vector<Round *> rounds;  // rounds whose result is known in advance, still in flight
+
+    std::atomic<int> refs{1};  // 1 while the MPI communicator lives, +1 per operation in flight
+    bool freed = false;
+
+    int getcap() const { return cap.load(std::memory_order_acquire); }
     std::string describe() const;
 };
 
 // State of `comm`, created on first sight. Never nullptr for a valid communicator.
 CommState *comm_state(MPI_Comm comm);
-CommState *comm_state_lookup(MPI_Comm comm);  // uncached
+// The agreed creation of the NCCL communicator: collective over cs->comm, made at a point every
+// rank reaches (a blocking collective). Leaves cap READY or STAGED, the same on every rank.
+void comm_create(CommState *cs, int device);
+// NCCLMPI_EAGER: a communicator was created from `parent` (every rank of the parent is here).
+void comm_state_created(MPI_Comm parent, MPI_Comm child);
+// Drop one reference; the last one destroys the process group and the state.
+void comm_release(CommState *cs);
 // Destroy every process group (children before parents) before the real MPI_Finalize.
 void comm_states_teardown();
-// A communicator was created from `parent`: derive its NCCL comm by split when possible.
-void comm_state_created(MPI_Comm parent, MPI_Comm child);
 int world_rank();
 
 }  // namespace ncclmpi

@@ -15,7 +15,8 @@
     X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
     X(cuEventSynchronize) X(cuMemcpyAsync) X(cuMemcpy) X(cuMemHostRegister)                   \
     X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)       \
-    X(cuMemsetD8Async) X(cuMemcpy2DAsync)
+    X(cuMemsetD8Async) X(cuMemcpy2DAsync)                                                     \
+    X(cuMemAllocAsync) X(cuMemFreeAsync)
 
 namespace ncclmpi {
 

@@ -17,7 +17,7 @@
 static struct link_map nm_boot_next;
 static struct link_map nm_boot_tail = {0, nullptr, nullptr, &nm_boot_next, nullptr};
 extern "C" {
-nm_hot_t nm_hot = {0, 0, &nm_boot_tail};
+nm_hot_t nm_hot = {0, 0, 0, &nm_boot_tail};
 }
 
 namespace ncclmpi {
@@ -99,5 +99,7 @@ extern "C" int nm_mem_is_device(const void *p)
 __attribute__((constructor)) static void nm_memkind_boot()
 {
     nm_config_load();
+    // NCCLMPI_AGREE: every collective of every rank must vote, also where no CUDA driver is loaded
+    if (nm_cfg.AGREE && !nm_cfg.DISABLE) nm_hot.slow = 1;
     nm_linkmap_refresh();
 }

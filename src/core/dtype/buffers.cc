@@ -1,229 +1,317 @@
-// ncclmpi: significance and spans of buffers, per operation kind (MPI-3.1 chapters 3 and 5).
+// ncclmpi: significant buffers per operation kind, one function per kind (the op table's
+// `buffers` column), and the per-call context they read.
 #include "core/dtype/buffers.h"
 
 #include "core/comm/comm_state.h"
+#include "core/op_table.h"
 
 namespace ncclmpi {
 
 namespace {
 
+// A byte span [lo, hi) relative to a buffer pointer. An element type that cannot be decoded, or
+// a negative count, makes the call invalid.
 struct Builder {
     BufRef *out;
     int n = 0;
     bool bad = false;
 
+    BufRef &next(bool is_recv, const void *ptr, int dir, bool dense)
+    {
+        BufRef &b = out[n++];
+        b = BufRef{is_recv, const_cast<void *>(ptr), dir, 0, 0, dense, NM_MEM_HOST, -1};
+        return b;
+    }
     // count elements of dt at ptr
     void add(bool is_recv, const void *ptr, int dir, MPI_Datatype dt, long long count, bool whole = true)
     {
-        if (count < 0) { bad = true; return; }
         const DtypeInfo *d = dtype_info(dt);
-        if (!d) { bad = true; return; }
-        BufRef &b = out[n++];
-        b = BufRef{is_recv, const_cast<void *>(ptr), dir, 0, 0, whole && d->contig, NM_MEM_HOST, -1};
+        if (count < 0 || !d) { bad = true; return; }
+        BufRef &b = next(is_recv, ptr, dir, whole && d->contig);
         dtype_span(d, 0, count, &b.lo, &b.hi);
     }
-    // per-rank counts/displacements (in extents of dt)
-    void addv(bool is_recv, const void *ptr, int dir, MPI_Datatype dt, const int *counts, const int *displs, int nr)
-    {
-        const DtypeInfo *d = dtype_info(dt);
-        if (!d || !counts || !displs) { bad = true; return; }
-        BufRef &b = out[n++];
-        b = BufRef{is_recv, const_cast<void *>(ptr), dir, 0, 0, false, NM_MEM_HOST, -1};
-        bool any = false;
-        for (int i = 0; i < nr; i++) {
-            if (counts[i] < 0) { bad = true; return; }
-            if (counts[i] == 0) continue;
-            MPI_Aint lo, hi;
-            dtype_span(d, (MPI_Aint)displs[i] * d->extent, counts[i], &lo, &hi);
-            if (!any || lo < b.lo) b.lo = lo;
-            if (!any || hi > b.hi) b.hi = hi;
-            any = true;
-        }
-    }
-    // alltoallw: byte displacements, a type per rank
-    void addw(bool is_recv, const void *ptr, int dir, const MPI_Datatype *types, const int *counts,
+    // per-rank counts and displacements: in extents of one type (types == nullptr), or in bytes
+    // with a type per rank (alltoallw)
+    void addv(bool is_recv, const void *ptr, int dir, MPI_Datatype dt, const MPI_Datatype *types, const int *counts,
               const int *displs, int nr)
     {
-        if (!types || !counts || !displs) { bad = true; return; }
-        BufRef &b = out[n++];
-        b = BufRef{is_recv, const_cast<void *>(ptr), dir, 0, 0, false, NM_MEM_HOST, -1};
+        if (!counts || !displs || (!types && !dtype_info(dt))) { bad = true; return; }
+        BufRef &b = next(is_recv, ptr, dir, false);
         bool any = false;
         for (int i = 0; i < nr; i++) {
             if (counts[i] < 0) { bad = true; return; }
             if (counts[i] == 0) continue;
-            const DtypeInfo *d = dtype_info(types[i]);
+            const DtypeInfo *d = dtype_info(types ? types[i] : dt);
             if (!d) { bad = true; return; }
             MPI_Aint lo, hi;
-            dtype_span(d, displs[i], counts[i], &lo, &hi);
+            dtype_span(d, types ? (MPI_Aint)displs[i] : (MPI_Aint)displs[i] * d->extent, counts[i], &lo, &hi);
+            if (hi <= lo) continue;
             if (!any || lo < b.lo) b.lo = lo;
             if (!any || hi > b.hi) b.hi = hi;
             any = true;
         }
     }
+    int done() const { return bad ? -1 : n; }
 };
+
+// receive buffer direction when the send buffer is MPI_IN_PLACE
+int ios(const OpCtx &c) { return c.inplace ? BUF_INOUT : BUF_OUT; }
 
 }  // namespace
 
-bool is_root_side(const nm_op_t *o, const CommState *cs)
+int buffers_none(const OpCtx &, BufRef *) { return 0; }
+
+int buffers_allreduce(const OpCtx &c, BufRef *out)
 {
-    return cs && (cs->inter ? o->root == MPI_ROOT : o->root == cs->rank);
+    Builder b{out};
+    if (!c.inplace) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    b.add(true, c.o->rbuf, ios(c), c.o->rtype, c.o->rcount);
+    return b.done();
 }
 
-bool stype_used(const nm_op_t *o, const CommState *cs)
+int buffers_scan(const OpCtx &c, BufRef *out) { return buffers_allreduce(c, out); }
+
+int buffers_exscan(const OpCtx &c, BufRef *out)  // rank 0's result is undefined: keep its contents
 {
-    if (o->sbuf == MPI_IN_PLACE) return false;
-    if (o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) return is_root_side(o, cs);
-    return o->stype != MPI_DATATYPE_NULL;
+    Builder b{out};
+    if (!c.inplace) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount);
+    return b.done();
 }
 
-bool rtype_used(const nm_op_t *o, const CommState *cs)
+int buffers_reduce(const OpCtx &c, BufRef *out)
 {
-    if (o->kind == NM_OPK_GATHER || o->kind == NM_OPK_GATHERV) return is_root_side(o, cs);
-    if ((o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) && o->rbuf == MPI_IN_PLACE) return false;
-    return o->rtype != MPI_DATATYPE_NULL;
+    Builder b{out};
+    if (c.root) {  // an intercommunicator's root only receives
+        if (!c.inplace && !c.inter) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+        b.add(true, c.o->rbuf, ios(c), c.o->rtype, c.o->rcount);
+    } else if (c.leaf) {
+        b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    }
+    return b.done();
 }
 
-int op_buffers(const nm_op_t *o, const CommState *cs, BufRef out[2])
+int buffers_bcast(const OpCtx &c, BufRef *out)
 {
-    Builder bl{out};
-    const bool inplace_s = o->sbuf == MPI_IN_PLACE;
-    const int rank = cs ? cs->rank : 0;
-    const int n = cs ? (cs->inter ? cs->remote_size : cs->size) : 1;  // ranks data comes from/goes to
-    const bool inter = cs && cs->inter;
-    // rooted collectives: am I the root, a leaf, or (intercomm MPI_PROC_NULL) not involved?
-    bool root = false, leaf = false;
-    if (o->kind == NM_OPK_REDUCE || o->kind == NM_OPK_BCAST || o->kind == NM_OPK_GATHER ||
-        o->kind == NM_OPK_GATHERV || o->kind == NM_OPK_SCATTER || o->kind == NM_OPK_SCATTERV) {
-        if (inter) {
-            root = o->root == MPI_ROOT;
-            leaf = o->root >= 0;
+    Builder b{out};
+    if (c.root || c.leaf) b.add(true, c.o->rbuf, c.root ? BUF_IN : BUF_OUT, c.o->rtype, c.o->rcount);
+    return b.done();
+}
+
+int buffers_allgather(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (!c.inplace) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    b.add(true, c.o->rbuf, ios(c), c.o->rtype, (long long)c.o->rcount * c.n);
+    return b.done();
+}
+
+int buffers_allgatherv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (!c.inplace) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    b.addv(true, c.o->rbuf, BUF_INOUT, c.o->rtype, nullptr, c.o->rcounts, c.o->rdispls, c.n);
+    return b.done();
+}
+
+int buffers_alltoall(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (!c.inplace) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, (long long)c.o->scount * c.n);
+    b.add(true, c.o->rbuf, ios(c), c.o->rtype, (long long)c.o->rcount * c.n);
+    return b.done();
+}
+
+int buffers_alltoallv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (!c.inplace) b.addv(false, c.o->sbuf, BUF_IN, c.o->stype, nullptr, c.o->scounts, c.o->sdispls, c.n);
+    b.addv(true, c.o->rbuf, BUF_INOUT, c.o->rtype, nullptr, c.o->rcounts, c.o->rdispls, c.n);
+    return b.done();
+}
+
+int buffers_alltoallw(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (!c.o->rtypes || (!c.inplace && !c.o->stypes)) return -1;
+    if (!c.inplace) b.addv(false, c.o->sbuf, BUF_IN, MPI_DATATYPE_NULL, c.o->stypes, c.o->scounts, c.o->sdispls, c.n);
+    b.addv(true, c.o->rbuf, BUF_INOUT, MPI_DATATYPE_NULL, c.o->rtypes, c.o->rcounts, c.o->rdispls, c.n);
+    return b.done();
+}
+
+// Reduce_scatter: every rank of the (local) group gives sum(rcounts) elements; it receives
+// rcounts[rank]. For an intercommunicator the group is the local one (MPI-3.1 5.10.1).
+int buffers_reduce_scatter(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (!c.o->rcounts) return -1;
+    long long total = 0;
+    for (int i = 0; i < c.size; i++) {
+        if (c.o->rcounts[i] < 0) return -1;
+        total += c.o->rcounts[i];
+    }
+    if (!c.inplace) {
+        b.add(false, c.o->sbuf, BUF_IN, c.o->stype, total);
+        b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcounts[c.rank]);
+    } else {
+        b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, total);
+    }
+    return b.done();
+}
+
+int buffers_reduce_scatter_block(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    long long total = (long long)c.o->rcount * c.size;
+    if (!c.inplace) {
+        b.add(false, c.o->sbuf, BUF_IN, c.o->stype, total);
+        b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
+    } else {
+        b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, total);
+    }
+    return b.done();
+}
+
+int buffers_gather(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.root) {
+        if (!c.inplace && !c.inter) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+        b.add(true, c.o->rbuf, ios(c), c.o->rtype, (long long)c.o->rcount * c.n);
+    } else if (c.leaf) {
+        b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    }
+    return b.done();
+}
+
+int buffers_gatherv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.root) {
+        if (!c.inplace && !c.inter) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+        b.addv(true, c.o->rbuf, BUF_INOUT, c.o->rtype, nullptr, c.o->rcounts, c.o->rdispls, c.n);
+    } else if (c.leaf) {
+        b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    }
+    return b.done();
+}
+
+int buffers_scatter(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.root) {
+        b.add(false, c.o->sbuf, BUF_IN, c.o->stype, (long long)c.o->scount * c.n);
+        if (c.o->rbuf != MPI_IN_PLACE && !c.inter) b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
+    } else if (c.leaf) {
+        b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
+    }
+    return b.done();
+}
+
+int buffers_scatterv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.root) {
+        b.addv(false, c.o->sbuf, BUF_IN, c.o->stype, nullptr, c.o->scounts, c.o->sdispls, c.n);
+        if (c.o->rbuf != MPI_IN_PLACE && !c.inter) b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
+    } else if (c.leaf) {
+        b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
+    }
+    return b.done();
+}
+
+int buffers_barrier(const OpCtx &, BufRef *) { return 0; }
+
+int buffers_send(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.o->peer != MPI_PROC_NULL) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    return b.done();
+}
+
+int buffers_recv(const OpCtx &c, BufRef *out)  // a shorter message leaves the tail untouched: copy in, copy back
+{
+    Builder b{out};
+    if (c.o->rpeer != MPI_PROC_NULL) b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+    return b.done();
+}
+
+int buffers_mrecv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.o->msg && *c.o->msg != MPI_MESSAGE_NO_PROC && *c.o->msg != MPI_MESSAGE_NULL)
+        b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+    return b.done();
+}
+
+int buffers_sendrecv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.o->peer != MPI_PROC_NULL) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    if (c.o->rpeer != MPI_PROC_NULL) b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+    return b.done();
+}
+
+int buffers_sendrecv_replace(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.o->peer != MPI_PROC_NULL || c.o->rpeer != MPI_PROC_NULL)
+        b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+    return b.done();
+}
+
+// Kinds that carry no buffer
+#define NM_NO_BUFFERS(name) \
+    int buffers_##name(const OpCtx &c, BufRef *out) { return buffers_none(c, out); }
+NM_NO_BUFFERS(probe) NM_NO_BUFFERS(start) NM_NO_BUFFERS(wait) NM_NO_BUFFERS(waitall) NM_NO_BUFFERS(waitany)
+NM_NO_BUFFERS(waitsome) NM_NO_BUFFERS(test) NM_NO_BUFFERS(request) NM_NO_BUFFERS(comm) NM_NO_BUFFERS(sync)
+#undef NM_NO_BUFFERS
+
+bool op_ctx_init(const nm_op_t *o, const CommState *cs, OpCtx *c)
+{
+    *c = OpCtx();
+    c->o = o;
+    c->cs = cs;
+    c->inplace = o->sbuf == MPI_IN_PLACE;
+    if (cs) {
+        c->rank = cs->rank;
+        c->size = cs->size;
+        c->inter = cs->inter;
+        c->n = cs->inter ? cs->remote_size : cs->size;
+    }
+    const unsigned f = nm_opk(o->kind);
+    if (f & NM_KF_ROOTED) {
+        if (c->inter) {
+            c->root = o->root == MPI_ROOT;
+            c->leaf = o->root >= 0;
         } else {
-            if (o->root < 0 || o->root >= cs->size) return -1;
-            root = o->root == rank;
-            leaf = !root;
+            if (o->root < 0 || o->root >= c->size) return false;
+            c->root = o->root == c->rank;
+            c->leaf = !c->root;
         }
     }
-    const int ios = inplace_s ? BUF_INOUT : BUF_OUT;  // receive buffer direction under IN_PLACE
-
+    // datatypes significant on this rank (the others may be garbage or MPI_DATATYPE_NULL)
+    bool s_used = !c->inplace && o->stype != MPI_DATATYPE_NULL, r_used = o->rtype != MPI_DATATYPE_NULL;
     switch (o->kind) {
-    case NM_OPK_ALLREDUCE:
-    case NM_OPK_SCAN:
-        if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        bl.add(true, o->rbuf, ios, o->rtype, o->rcount);
-        break;
-    case NM_OPK_EXSCAN:  // rank 0's result is undefined: keep its old contents
-        if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        bl.add(true, o->rbuf, BUF_INOUT, o->rtype, o->rcount);
-        break;
-    case NM_OPK_REDUCE:
-        if (root) {
-            if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-            bl.add(true, o->rbuf, ios, o->rtype, o->rcount);
-        } else if (leaf) {
-            bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        }
-        break;
-    case NM_OPK_BCAST:
-        if (root || leaf) bl.add(true, o->rbuf, root ? BUF_IN : BUF_OUT, o->rtype, o->rcount);
-        break;
-    case NM_OPK_ALLGATHER:
-        if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        bl.add(true, o->rbuf, ios, o->rtype, (long long)o->rcount * n);
-        break;
-    case NM_OPK_ALLGATHERV:
-        if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        bl.addv(true, o->rbuf, ios == BUF_OUT ? BUF_INOUT : ios, o->rtype, o->rcounts, o->rdispls, n);
-        break;
-    case NM_OPK_ALLTOALL:
-        if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, (long long)o->scount * n);
-        bl.add(true, o->rbuf, ios, o->rtype, (long long)o->rcount * n);
-        break;
-    case NM_OPK_ALLTOALLV:
-        if (!inplace_s) bl.addv(false, o->sbuf, BUF_IN, o->stype, o->scounts, o->sdispls, n);
-        bl.addv(true, o->rbuf, BUF_INOUT, o->rtype, o->rcounts, o->rdispls, n);
-        break;
-    case NM_OPK_ALLTOALLW:
-        if (!inplace_s) bl.addw(false, o->sbuf, BUF_IN, o->stypes, o->scounts, o->sdispls, n);
-        bl.addw(true, o->rbuf, BUF_INOUT, o->rtypes, o->rcounts, o->rdispls, n);
-        break;
-    case NM_OPK_REDUCE_SCATTER: {
-        if (inter || !o->rcounts) return -1;  // intercomm reduce_scatter on device: not described
-        long long total = 0;
-        for (int i = 0; i < cs->size; i++) {
-            if (o->rcounts[i] < 0) return -1;
-            total += o->rcounts[i];
-        }
-        if (!inplace_s) {
-            bl.add(false, o->sbuf, BUF_IN, o->stype, total);
-            bl.add(true, o->rbuf, BUF_OUT, o->rtype, o->rcounts[rank]);
-        } else {
-            bl.add(true, o->rbuf, BUF_INOUT, o->rtype, total);
-        }
-        break;
-    }
-    case NM_OPK_REDUCE_SCATTER_BLOCK:
-        if (inter) return -1;
-        if (!inplace_s) {
-            bl.add(false, o->sbuf, BUF_IN, o->stype, (long long)o->rcount * cs->size);
-            bl.add(true, o->rbuf, BUF_OUT, o->rtype, o->rcount);
-        } else {
-            bl.add(true, o->rbuf, BUF_INOUT, o->rtype, (long long)o->rcount * cs->size);
-        }
+    case NM_OPK_SCATTER:
+    case NM_OPK_SCATTERV:
+        s_used = c->root;
+        r_used = r_used && o->rbuf != MPI_IN_PLACE && !(c->inter && c->root);
         break;
     case NM_OPK_GATHER:
-        if (root) {
-            if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-            bl.add(true, o->rbuf, ios, o->rtype, (long long)o->rcount * n);
-        } else if (leaf) {
-            bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        }
-        break;
     case NM_OPK_GATHERV:
-        if (root) {
-            if (!inplace_s) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-            bl.addv(true, o->rbuf, BUF_INOUT, o->rtype, o->rcounts, o->rdispls, n);
-        } else if (leaf) {
-            bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        }
+        r_used = c->root;
+        s_used = s_used && !(c->inter && c->root);
         break;
-    case NM_OPK_SCATTER:
-        if (root) {
-            bl.add(false, o->sbuf, BUF_IN, o->stype, (long long)o->scount * n);
-            if (o->rbuf != MPI_IN_PLACE && !inter) bl.add(true, o->rbuf, BUF_OUT, o->rtype, o->rcount);
-        } else if (leaf) {
-            bl.add(true, o->rbuf, BUF_OUT, o->rtype, o->rcount);
-        }
-        break;
-    case NM_OPK_SCATTERV:
-        if (root) {
-            bl.addv(false, o->sbuf, BUF_IN, o->stype, o->scounts, o->sdispls, n);
-            if (o->rbuf != MPI_IN_PLACE && !inter) bl.add(true, o->rbuf, BUF_OUT, o->rtype, o->rcount);
-        } else if (leaf) {
-            bl.add(true, o->rbuf, BUF_OUT, o->rtype, o->rcount);
-        }
-        break;
-    case NM_OPK_SEND:
-        if (o->peer != MPI_PROC_NULL) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        break;
-    case NM_OPK_RECV:  // a shorter message leaves the tail untouched: copy in, copy back
-        if (o->rpeer != MPI_PROC_NULL) bl.add(true, o->rbuf, BUF_INOUT, o->rtype, o->rcount, false);
-        break;
-    case NM_OPK_MRECV:
-        if (o->msg && *o->msg != MPI_MESSAGE_NO_PROC && *o->msg != MPI_MESSAGE_NULL)
-            bl.add(true, o->rbuf, BUF_INOUT, o->rtype, o->rcount, false);
-        break;
-    case NM_OPK_SENDRECV:
-        if (o->peer != MPI_PROC_NULL) bl.add(false, o->sbuf, BUF_IN, o->stype, o->scount);
-        if (o->rpeer != MPI_PROC_NULL) bl.add(true, o->rbuf, BUF_INOUT, o->rtype, o->rcount, false);
-        break;
-    case NM_OPK_SENDRECV_REPLACE:
-        if (o->peer != MPI_PROC_NULL || o->rpeer != MPI_PROC_NULL)
-            bl.add(true, o->rbuf, BUF_INOUT, o->rtype, o->rcount, false);
+    case NM_OPK_REDUCE:
+        r_used = r_used && c->root;
         break;
     default:
-        return 0;
+        break;
     }
-    return bl.bad ? -1 : bl.n;
+    c->sd = s_used ? dtype_info(o->stype) : nullptr;
+    c->rd = r_used ? dtype_info(o->rtype) : nullptr;
+    return true;
 }
 
 }  // namespace ncclmpi

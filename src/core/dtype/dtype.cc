@@ -108,6 +108,36 @@ static bool dense(MPI_Datatype dt, int depth = 0)
     return ok;
 }
 
+// The predefined type every basic element of `dt` has (its type signature is n copies of it), or
+// MPI_DATATYPE_NULL when the signature mixes types. Shared by every rank whose type has the
+// same signature, so the route may depend on it.
+static MPI_Datatype homogeneous_basic(MPI_Datatype dt, int depth = 0)
+{
+    int ni, na, nd, comb;
+    if (depth > 32 || PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return MPI_DATATYPE_NULL;
+    if (comb == MPI_COMBINER_NAMED) return dt;
+    std::vector<int> ints(ni + 1);
+    std::vector<MPI_Aint> aints(na + 1);
+    std::vector<MPI_Datatype> types(nd + 1);
+    if (PMPI_Type_get_contents(dt, ni, na, nd, ints.data(), aints.data(), types.data()) != MPI_SUCCESS)
+        return MPI_DATATYPE_NULL;
+    MPI_Datatype basic = MPI_DATATYPE_NULL;
+    bool mixed = false;
+    for (int i = 0; i < nd; i++) {
+        // struct members with blocklength 0 do not appear in the signature
+        if (comb == MPI_COMBINER_STRUCT && ints[1 + i] == 0) continue;
+        MPI_Datatype b = homogeneous_basic(types[i], depth + 1);
+        if (b == MPI_DATATYPE_NULL || (basic != MPI_DATATYPE_NULL && b != basic)) mixed = true;
+        else basic = b;
+    }
+    for (int i = 0; i < nd; i++) {
+        int ci, ca, cd, cc;
+        PMPI_Type_get_envelope(types[i], &ci, &ca, &cd, &cc);
+        if (cc != MPI_COMBINER_NAMED) PMPI_Type_free(&types[i]);
+    }
+    return mixed ? MPI_DATATYPE_NULL : basic;
+}
+
 static bool compute(MPI_Datatype dt, DtypeInfo *d)
 {
     int sz = 0;
@@ -117,7 +147,14 @@ static bool compute(MPI_Datatype dt, DtypeInfo *d)
     d->size = (size_t)sz_x;
     PMPI_Type_get_extent(dt, &d->lb, &d->extent);
     PMPI_Type_get_true_extent(dt, &d->true_lb, &d->true_extent);
-    d->nccl_type = nm_map_dtype(dt);
+    d->basic = homogeneous_basic(dt);
+    d->basic_size = 0;
+    if (d->basic != MPI_DATATYPE_NULL) {
+        int bs = 0;
+        PMPI_Type_size(d->basic, &bs);
+        d->basic_size = (size_t)bs;
+    }
+    d->nccl_type = d->basic != MPI_DATATYPE_NULL ? nm_map_dtype(d->basic) : NM_UNSUPPORTED;
     d->contig = (MPI_Aint)d->size == d->extent && d->extent == d->true_extent && d->lb == d->true_lb && dense(dt);
     return true;
 }

@@ -7,7 +7,9 @@
 namespace ncclmpi {
 
 struct DtypeInfo {
-    int nccl_type;        // NCCL type for reductions, or NM_UNSUPPORTED
+    int nccl_type;        // NCCL type of `basic` for reductions, or NM_UNSUPPORTED
+    MPI_Datatype basic;   // the one predefined type the signature is made of, or MPI_DATATYPE_NULL
+    size_t basic_size;    // its size (0 when heterogeneous)
     size_t size;          // bytes of data in one element
     MPI_Aint lb, extent;  // MPI lower bound and extent
     MPI_Aint true_lb, true_extent;

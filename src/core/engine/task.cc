@@ -2,15 +2,17 @@
 #include "core/engine/task.h"
 
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <vector>
 
-#include "core/comm/process_group.h"
+#include "core/comm/comm_state.h"
+#include "core/engine/engine.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
+#include "util/config.h"
 #include "util/log.h"
 
 namespace ncclmpi {
@@ -18,38 +20,76 @@ namespace ncclmpi {
 static std::recursive_mutex tasks_mu;
 static std::vector<Task *> pending;  // published, not yet complete
 static std::vector<Task *> retired;  // complete, waiting for the user to free the request
+static std::vector<Task *> free_tasks;
 static uint64_t next_task_id;
 
-Task::Task(const nm_op_t *o, ProcessGroup *pg) : id_(++next_task_id), fn_(o->fn), kind_(o->kind), pg_(pg), t0_(nm_now_s())
+// ---- error codes with our message behind MPI_Error_string --------------------------------------
+int nm_error_class(nm_status_t st)
 {
-    if (pg) pg_seq_ = pg->seq() + 1;
+    switch (st) {
+    case NM_ERR_ARG: return MPI_ERR_ARG;
+    case NM_ERR_BUFFER: return MPI_ERR_BUFFER;
+    case NM_ERR_COUNT: return MPI_ERR_COUNT;
+    case NM_ERR_TYPE: return MPI_ERR_TYPE;
+    case NM_ERR_ROOT: return MPI_ERR_ROOT;
+    case NM_ERR_COMM: return MPI_ERR_COMM;
+    case NM_ERR_OP: return MPI_ERR_OP;
+    case NM_ERR_NO_MEM: return MPI_ERR_NO_MEM;
+    case NM_ERR_UNSUPPORTED: return MPI_ERR_UNSUPPORTED_OPERATION;
+    case NM_ERR_INTERNAL: return MPI_ERR_INTERN;
+    default: return MPI_ERR_OTHER;
+    }
 }
 
-Task::~Task()
+int nm_error_code(int cls, const char *msg)
 {
-    if (ev_) {
-        DeviceGuard g(ctx_);
-        cu.cuEventDestroy(ev_);
+    static std::mutex mu;
+    static std::map<std::string, int> codes;
+    std::lock_guard<std::mutex> g(mu);
+    auto it = codes.find(msg);
+    if (it != codes.end()) return it->second;
+    int code = cls;
+    if (PMPI_Add_error_code(cls, &code) == MPI_SUCCESS && PMPI_Add_error_string(code, msg) == MPI_SUCCESS) {
+        codes[msg] = code;
+        return code;
     }
+    return cls;
+}
+
+// ---- tasks -------------------------------------------------------------------------------------
+Task *Task::get(const nm_op_t *o)
+{
+    Task *t = nullptr;
+    {
+        std::lock_guard<std::recursive_mutex> g(tasks_mu);
+        if (!free_tasks.empty()) {
+            t = free_tasks.back();
+            free_tasks.pop_back();
+        }
+        if (!t) t = new Task;
+        t->id_ = ++next_task_id;
+    }
+    t->fn_ = o->fn;
+    t->kind_ = o->kind;
+    t->t0_ = nm_now_s();
+    return t;
+}
+
+void Task::recycle()
+{
     if (stage_) stage_release(stage_);
+    uint64_t id = id_;
+    *this = Task();
+    id_ = id;
+    free_tasks.push_back(this);  // tasks_mu held
 }
 
 std::string Task::describe() const
 {
-    char b[256];
-    snprintf(b, sizeof(b), "task#%llu %s %s seq %llu, %s, %.3f ms", (unsigned long long)id_, nm_opkind_name(kind_),
-             pg_ ? pg_->describe().c_str() : "staged", (unsigned long long)pg_seq_, done_ ? "done" : "pending",
-             1e3 * (nm_now_s() - t0_));
+    char b[320];
+    snprintf(b, sizeof(b), "task#%llu MPI_%s %s, %s, %.3f ms", (unsigned long long)id_, nm_fn_names[fn_],
+             op_ ? op_->describe().c_str() : "staged", done_ ? "done" : "pending", 1e3 * (nm_now_s() - t0_));
     return b;
-}
-
-nm_status_t Task::record_on(CUstream s)
-{
-    if (pg_) pg_->nb_started();
-    NM_CU_CHECK(cu.cuCtxGetCurrent(&ctx_), return NM_ERR_CUDA);
-    NM_CU_CHECK(cu.cuEventCreate(&ev_, CU_EVENT_DISABLE_TIMING), return NM_ERR_CUDA);
-    NM_CU_CHECK(cu.cuEventRecord(ev_, s), return NM_ERR_CUDA);
-    return NM_OK;
 }
 
 void Task::set_inner(MPI_Request inner, Stage *stage)
@@ -70,9 +110,14 @@ int Task::publish(MPI_Request *user_req)
     return MPI_SUCCESS;
 }
 
+void Task::fail_op(nm_status_t st, const std::string &why)
+{
+    failed_ = st;
+    why_ = why;
+}
+
 void Task::complete(int mpi_rc)
 {
-    if (pg_ && ev_) pg_->nb_finished();
     mpi_rc_ = mpi_rc;
     done_ = true;
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
@@ -82,12 +127,21 @@ void Task::complete(int mpi_rc)
 bool Task::poll()
 {
     if (done_) return true;
-    if (ev_) {
-        DeviceGuard g(ctx_);
-        CUresult q = cu.cuEventQuery(ev_);
-        if (q == CUDA_ERROR_NOT_READY) return false;
-        if (q != CUDA_SUCCESS) NM_ERROR(COLL, "%s: %s", describe().c_str(), cuda_errstr(q));
-        complete(q == CUDA_SUCCESS ? MPI_SUCCESS : MPI_ERR_OTHER);
+    if (op_) {
+        nm_status_t st = failed_;
+        std::string why = why_;
+        if (st == NM_OK && !op_poll(op_, &st, &why)) return false;
+        std::string what = op_->describe();
+        op_finish(op_);
+        op_ = nullptr;
+        if (st == NM_OK) {
+            complete(MPI_SUCCESS);
+        } else {
+            char msg[MPI_MAX_ERROR_STRING];
+            snprintf(msg, sizeof(msg), "ncclmpi: %s: %s (%s)", what.c_str(), why.c_str(), nm_status_str(st));
+            NM_ERROR(COLL, "%s", msg + 9);
+            complete(nm_error_code(nm_error_class(st), msg));
+        }
         return true;
     }
     int flag = 0;
@@ -140,7 +194,7 @@ void tasks_reap()
     std::lock_guard<std::recursive_mutex> g(tasks_mu);
     for (size_t i = 0; i < retired.size();) {
         if (retired[i]->freed_) {
-            delete retired[i];
+            retired[i]->recycle();
             retired[i] = retired.back();
             retired.pop_back();
         } else {
@@ -151,6 +205,7 @@ void tasks_reap()
 
 void tasks_progress()
 {
+    engine_progress();
     std::unique_lock<std::recursive_mutex> g(tasks_mu, std::try_to_lock);
     if (!g.owns_lock()) return;  // another thread is progressing
     for (size_t i = 0; i < pending.size();) {
@@ -167,18 +222,47 @@ void tasks_progress()
 
 void tasks_drain()
 {
+    engine_flush_all();
     while (__atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED)) {
         tasks_progress();
+        mpi_progress();
         sched_yield();
     }
     tasks_reap();
+}
+
+// The tasks of these requests whose ops are still queued; by communicator, the highest sequence.
+static std::vector<std::pair<CommState *, uint64_t>> queued_of(int n, const MPI_Request *reqs)
+{
+    std::vector<std::pair<CommState *, uint64_t>> v;
+    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    for (const Task *t : pending) {
+        Op *op = t->op();
+        if (!op || op->launched) continue;
+        for (int i = 0; i < n; i++)
+            if (reqs[i] == t->greq()) {
+                auto it = std::find_if(v.begin(), v.end(), [&](const std::pair<CommState *, uint64_t> &e) { return e.first == op->cs; });
+                if (it == v.end()) v.emplace_back(op->cs, op->seq);
+                else it->second = std::max(it->second, op->seq);
+            }
+    }
+    return v;
 }
 
 }  // namespace ncclmpi
 
 using namespace ncclmpi;
 
-extern "C" void nm_progress(void) { tasks_progress(); }
+extern "C" void nm_progress(void)
+{
+    if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) engine_flush_all();
+    tasks_progress();
+}
+
+extern "C" void nm_flush(void)
+{
+    if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) engine_flush_all();
+}
 
 extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 {
@@ -187,6 +271,16 @@ extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
         for (int i = 0; i < n; i++)
             if (reqs[i] == t->greq()) return 1;
     return 0;
+}
+
+// Before a wait: the queued ops it needs are flushed in groups agreed with the other ranks
+// (all = the call completes only when all its requests do; else their groups are singletons).
+static void flush_for_wait(int n, const MPI_Request *reqs, bool all)
+{
+    if (!__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) return;
+    if (all)
+        for (auto &e : queued_of(n, reqs)) engine_flush_waitable(e.first, e.second);
+    engine_flush_all();
 }
 
 // The blocking forms loop over their Test twin, progressing ncclmpi's tasks in between.
@@ -204,21 +298,25 @@ static int wait_loop(Test test)
 
 extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
 {
+    flush_for_wait(1, req, true);
     return wait_loop([&](int *d) { return PMPI_Test(req, d, status); });
 }
 
 extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
 {
+    flush_for_wait(n, reqs, true);
     return wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, sts); });
 }
 
 extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st)
 {
+    flush_for_wait(n, reqs, false);
     return wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
 }
 
 extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[], MPI_Status sts[])
 {
+    flush_for_wait(n, reqs, false);
     return wait_loop([&](int *d) {
         int rc = PMPI_Testsome(n, reqs, outc, idx, sts);
         *d = *outc != 0;

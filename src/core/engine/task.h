@@ -1,6 +1,8 @@
 // ncclmpi: a task is one device operation behind a user's MPI_Request. The request is a real
 // generalized request (MPI_Grequest_start), so it works in every Wait/Test form and in arrays
 // mixed with the application's own requests; ncclmpi completes it when the work is done.
+// A task runs an Op on the NCCL route, or waits for the real MPI's request of a staged call and
+// then copies back. Tasks come from a pool.
 #ifndef NM_CORE_TASK_H
 #define NM_CORE_TASK_H
 #include <mpi.h>
@@ -13,47 +15,47 @@
 
 namespace ncclmpi {
 
-class ProcessGroup;
+struct Op;
 struct Stage;
 
 class Task {
   public:
-    Task(const nm_op_t *o, ProcessGroup *pg);
-    ~Task();
-    Task(const Task &) = delete;
-    Task &operator=(const Task &) = delete;
-
-    // NCCL task: completion is an event recorded on the comm stream.
-    nm_status_t record_on(CUstream s);
-    // Staged task: completion is the real MPI's request, then the copy back of `stage`.
+    static Task *get(const nm_op_t *o);
+    // NCCL route: completion is the op's (launched now or later by the engine).
+    void set_op(Op *op) { op_ = op; }
+    // Staged route: completion is the real MPI's request, then the copy back of `stage`.
     void set_inner(MPI_Request inner, Stage *stage);
     // Hand the user a generalized request standing for this task. Returns an MPI code.
     int publish(MPI_Request *user_req);
+    // The op could not be launched: the task completes with this error.
+    void fail_op(nm_status_t st, const std::string &why);
     // Non-blocking completion check; completes the generalized request when done.
     bool poll();
-    // One line for logs and error messages: "task#12 iallreduce on pg0{...} seq 5, 3.2 ms".
+    // One line for logs and error messages: "task#12 MPI_Iallreduce on comm3{...} seq 5, 3.2 ms".
     std::string describe() const;
     MPI_Request greq() const { return greq_; }
+    Op *op() const { return op_; }
 
   private:
+    Task() = default;
     static int query_fn(void *extra, MPI_Status *status);
     static int free_fn(void *extra);
     static int cancel_fn(void *extra, int complete);
     void complete(int mpi_rc);
+    void recycle();
 
-    uint64_t id_;
-    int fn_, kind_;
-    ProcessGroup *pg_;
-    uint64_t pg_seq_ = 0;
-    CUevent ev_ = nullptr;
-    CUcontext ctx_ = nullptr;
+    uint64_t id_ = 0;
+    int fn_ = 0, kind_ = 0;
+    Op *op_ = nullptr;
     MPI_Request inner_ = MPI_REQUEST_NULL;
     Stage *stage_ = nullptr;
     MPI_Request greq_ = MPI_REQUEST_NULL;
     MPI_Status inner_status_;
     bool has_status_ = false;
     int mpi_rc_ = MPI_SUCCESS;
-    double t0_;
+    nm_status_t failed_ = NM_OK;
+    std::string why_;
+    double t0_ = 0;
     bool done_ = false, freed_ = false;
 
     friend void tasks_reap();
@@ -63,6 +65,9 @@ void tasks_progress();
 void tasks_reap();
 // Wait for every outstanding task (MPI_Finalize).
 void tasks_drain();
+// An MPI error code of class `cls` whose MPI_Error_string is `msg` (one code per message).
+int nm_error_code(int cls, const char *msg);
+int nm_error_class(nm_status_t st);
 
 }  // namespace ncclmpi
 #endif

@@ -1,50 +1,168 @@
-// ncclmpi: the NCCL bodies of the collectives. Reductions use the mapped NCCL type; data
-// movement goes as bytes (ncclInt8) over contiguous datatypes. v-variants and rooted
-// collectives NCCL lacks are grouped send/recv.
+// ncclmpi: the NCCL bodies. Reductions use the NCCL type of the signature's basic type; data
+// movement goes as bytes (ncclInt8). v-variants and rooted collectives NCCL lacks are grouped
+// send/recv. Buffers come through NcclCall::seg (dense device bytes).
 #include "core/tl/nccl/coll_nccl.h"
+
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "core/dtype/buffers.h"
-#include "core/comm/comm_state.h"
-#include "core/dtype/dtype.h"
+#include "core/dtype/layout.h"
+#include "core/op_table.h"
+#include "core/tl/staged/staging.h"
 #include "route/route.h"
 #include "util/log.h"
 
 namespace ncclmpi {
 
-namespace {
-
-using Body = ProcessGroup::Body;
-
-inline char *at(const void *p, const DtypeInfo *d, size_t elems = 0)
-{
-    return (char *)p + d->true_lb + (MPI_Aint)elems * d->extent;
-}
-
 #define NC(call) NM_NCCL_CHECK(call, return NM_ERR_NCCL)
 
-// Copy `bytes` device-to-device on s (runs before the group's NCCL kernels).
-nm_status_t d2d(void *dst, const void *src, size_t bytes, CUstream s)
+static const size_t kMaxRuns = 1 << 16;
+
+void *NcclCall::scratch(size_t bytes)
+{
+    CUdeviceptr p = 0;
+    if (cu.cuMemAllocAsync(&p, bytes ? bytes : 1, s) != CUDA_SUCCESS) {
+        NM_ERROR(COLL, "%s: cannot allocate %zu bytes of device scratch", op.describe().c_str(), bytes);
+        if (st == NM_OK) st = NM_ERR_NO_MEM;
+        return nullptr;
+    }
+    op.scratch.push_back(p);
+    return (void *)p;
+}
+
+nm_status_t NcclCall::d2d(void *dst, const void *src, size_t bytes)
 {
     if (!bytes || dst == src) return NM_OK;
     NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, s), return NM_ERR_CUDA);
     return NM_OK;
 }
 
-// Grouped send/recv: to each peer p send sb[p] bytes, receive rb[p] bytes.
+void NcclCall::post_d2d(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src) op.post_first.push_back(PostCopy{PostCopy::D2D, (CUdeviceptr)dst, (CUdeviceptr)src, bytes, -1, nullptr});
+}
+
+static void *bounce(Op &op, size_t bytes)
+{
+    size_t cls = 0;
+    void *p = pinned_get(bytes ? bytes : 1, nullptr, &cls);
+    if (p) op.bounce.emplace_back(p, cls);
+    return p;
+}
+
+// Dense device bytes for `count` elements of one buffer, `elem` extents from its pointer.
+char *NcclCall::seg(int which, int dir, size_t elem, size_t count)
+{
+    const DtypeInfo &d = op.info(which);
+    char *base = (char *)(which ? op.o.rbuf : (void *)op.o.sbuf);
+    const nm_memkind_t kind = which ? op.rkind : op.skind;
+    const bool device = kind == NM_MEM_DEVICE || kind == NM_MEM_MANAGED;
+    char *elem_base = base + (MPI_Aint)elem * d.extent;  // where element `elem` starts
+    char *first = elem_base + d.true_lb;
+    const size_t n = count * d.size;
+    if ((device && d.contig) || n == 0 || st != NM_OK) return first;
+    int li = -1;
+    if (!d.contig) {
+        Layout l;
+        if (!layout_build(op.type(which), (long long)count, kMaxRuns, &l)) {
+            NM_ERROR(COLL, "%s: the datatype's layout cannot be decoded for packing", op.describe().c_str());
+            st = NM_ERR_TYPE;
+            return first;
+        }
+        op.layouts.push_back(std::move(l));
+        li = (int)op.layouts.size() - 1;
+    }
+    char *dense = (char *)scratch(n);
+    if (!dense) return first;
+    if (dir & BUF_IN) {
+        if (device) {  // non-contiguous device memory: pack on the GPU
+            if (layout_pack_dev(op.layouts[li], (CUdeviceptr)elem_base, (CUdeviceptr)dense, s) != NM_OK) st = NM_ERR_CUDA;
+        } else {  // host memory on a device rank: through a pinned bounce buffer
+            char *b = (char *)bounce(op, n);
+            if (!b) { st = NM_ERR_NO_MEM; return first; }
+            if (li < 0) memcpy(b, first, n);
+            else layout_pack_host(op.layouts[li], elem_base, b);
+            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)dense, (CUdeviceptr)b, n, s), st = NM_ERR_CUDA);
+        }
+    }
+    if (dir & BUF_OUT) {
+        if (device) {
+            op.post.push_back(PostCopy{PostCopy::UNPACK_DEV, (CUdeviceptr)elem_base, (CUdeviceptr)dense, n, li, nullptr});
+        } else {
+            char *b = (char *)bounce(op, n);
+            if (!b) { st = NM_ERR_NO_MEM; return first; }
+            op.post.push_back(PostCopy{PostCopy::TO_BOUNCE, (CUdeviceptr)b, (CUdeviceptr)dense, n, li,
+                                       li < 0 ? (void *)first : (void *)elem_base});
+        }
+    }
+    return dense;
+}
+
+nm_status_t op_post_stream(Op &op, CUstream s)
+{
+    for (auto *list : {&op.post_first, &op.post})
+        for (const PostCopy &p : *list) {
+            switch (p.kind) {
+            case PostCopy::D2D:
+            case PostCopy::TO_BOUNCE:
+                NM_CU_CHECK(cu.cuMemcpyAsync(p.dst, p.src, p.bytes, s), return NM_ERR_CUDA);
+                break;
+            case PostCopy::UNPACK_DEV:
+                if (layout_unpack_dev(op.layouts[p.layout], p.src, p.dst, s) != NM_OK) return NM_ERR_CUDA;
+                break;
+            }
+        }
+    return NM_OK;
+}
+
+void op_post_host(Op &op)
+{
+    for (const PostCopy &p : op.post) {
+        if (p.kind != PostCopy::TO_BOUNCE) continue;
+        if (p.layout < 0) memcpy(p.host, (void *)p.dst, p.bytes);
+        else layout_unpack_host(op.layouts[p.layout], (void *)p.dst, p.host);
+    }
+}
+
+void op_release_resources(Op &op, CUstream s)
+{
+    for (CUdeviceptr p : op.scratch) cu.cuMemFreeAsync(p, s);
+    op.scratch.clear();
+    for (auto &b : op.bounce) pinned_put(b.first, b.second);
+    op.bounce.clear();
+    op.post_first.clear();
+    op.post.clear();
+    op.layouts.clear();
+}
+
+// ---- the bodies -------------------------------------------------------------------------------
+namespace {
+
+ncclDataType_t red_type(const NcclCall &c, int which) { return (ncclDataType_t)c.op.info(which).nccl_type; }
+ncclRedOp_t red_op(const NcclCall &c) { return (ncclRedOp_t)nm_map_op(c.op.o.op); }
+// NCCL elements of `count` MPI elements (derived types of one basic type hold several)
+size_t red_count(const NcclCall &c, int which, size_t count)
+{
+    size_t bs = nm_nccl_type_size(c.op.info(which).nccl_type);
+    return bs ? c.bytes(which, count) / bs : 0;
+}
+
+// Grouped send/recv: to each peer p send sn[p] bytes, receive rn[p] bytes.
 struct P2P {
     std::vector<const char *> sp;
     std::vector<size_t> sn;
     std::vector<char *> rp;
     std::vector<size_t> rn;
     explicit P2P(int n) : sp(n, nullptr), sn(n, 0), rp(n, nullptr), rn(n, 0) {}
-    nm_status_t post(ProcessGroup &pg, CUstream s) const
+    nm_status_t post(NcclCall &c) const
     {
+        if (c.st != NM_OK) return c.st;
         for (int p = 0; p < (int)sp.size(); p++) {
-            if (sn[p]) NC(nccl.ncclSend(sp[p], sn[p], ncclInt8, p, pg.nccl_comm(), s));
-            if (rn[p]) NC(nccl.ncclRecv(rp[p], rn[p], ncclInt8, p, pg.nccl_comm(), s));
+            if (sn[p]) NC(nccl.ncclSend(sp[p], sn[p], ncclInt8, p, c.comm(), c.s));
+            if (rn[p]) NC(nccl.ncclRecv(rp[p], rn[p], ncclInt8, p, c.comm(), c.s));
         }
         return NM_OK;
     }
@@ -52,206 +170,249 @@ struct P2P {
 
 }  // namespace
 
-nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task)
+nm_status_t nccl_allreduce(NcclCall &c)
 {
-    CommState *cs = comm_state(o->comm);
-    const DtypeInfo *sd = stype_used(o, cs) ? dtype_info(o->stype) : nullptr;
-    const DtypeInfo *rd = rtype_used(o, cs) ? dtype_info(o->rtype) : nullptr;
-    if (!rd) rd = sd;  // reductions and bcast describe one type; in-place sends have none
-    const bool inplace = o->sbuf == MPI_IN_PLACE;
-    const int rank = pg.rank(), n = pg.size();
-    const ncclDataType_t ty = (ncclDataType_t)(rd ? rd->nccl_type : 0);
-    const ncclRedOp_t rop = (ncclRedOp_t)nm_map_op(o->op);
-    const size_t cnt = (size_t)o->rcount;
-    Body post;  // after the group: copies that must follow the NCCL kernels
-
-    switch (o->kind) {
-    case NM_OPK_ALLREDUCE:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            NC(nccl.ncclAllReduce(at(inplace ? o->rbuf : o->sbuf, rd), at(o->rbuf, rd), cnt, ty, rop, g.nccl_comm(), s));
-            return NM_OK;
-        }, task, post ? &post : nullptr);
-    case NM_OPK_REDUCE:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            const void *src = inplace ? o->rbuf : o->sbuf;
-            const DtypeInfo *d = inplace ? rd : sd;
-            void *dst = rank == o->root ? at(o->rbuf, rd) : nullptr;
-            NC(nccl.ncclReduce(at(src, d), dst, cnt, ty, rop, o->root, g.nccl_comm(), s));
-            return NM_OK;
-        }, task, post ? &post : nullptr);
-    case NM_OPK_BCAST:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            NC(nccl.ncclBroadcast(at(o->rbuf, rd), at(o->rbuf, rd), cnt * rd->size, ncclInt8, o->root, g.nccl_comm(), s));
-            return NM_OK;
-        }, task, post ? &post : nullptr);
-    case NM_OPK_ALLGATHER:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            size_t blk = cnt * rd->size;
-            const char *src = inplace ? at(o->rbuf, rd) + rank * blk : at(o->sbuf, sd);
-            NC(nccl.ncclAllGather(src, at(o->rbuf, rd), blk, ncclInt8, g.nccl_comm(), s));
-            return NM_OK;
-        }, task, post ? &post : nullptr);
-    case NM_OPK_ALLGATHERV:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            P2P x(n);
-            const char *mine = inplace ? at(o->rbuf, rd, o->rdispls[rank]) : at(o->sbuf, sd);
-            size_t mybytes = (size_t)o->rcounts[rank] * rd->size;
-            for (int p = 0; p < n; p++) {
-                if (inplace && p == rank) continue;
-                x.sp[p] = mine;
-                x.sn[p] = mybytes;
-                x.rp[p] = at(o->rbuf, rd, o->rdispls[p]);
-                x.rn[p] = (size_t)o->rcounts[p] * rd->size;
-            }
-            return x.post(g, s);
-        }, task, post ? &post : nullptr);
-    case NM_OPK_ALLTOALL:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            size_t blk = cnt * rd->size;
-            const char *src = inplace ? nullptr : at(o->sbuf, sd);
-            if (inplace) {  // NCCL's alltoall is out of place: send from a copy
-                char *tmp = (char *)g.scratch(blk * n);
-                if (!tmp) return NM_ERR_NO_MEM;
-                nm_status_t st = d2d(tmp, at(o->rbuf, rd), blk * n, s);
-                if (st != NM_OK) return st;
-                src = tmp;
-            }
-            if (nccl.ncclAlltoAll) {
-                NC(nccl.ncclAlltoAll(src, at(o->rbuf, rd), blk, ncclInt8, g.nccl_comm(), s));
-                return NM_OK;
-            }
-            P2P x(n);
-            for (int p = 0; p < n; p++) {
-                x.sp[p] = src + p * blk;
-                x.sn[p] = blk;
-                x.rp[p] = at(o->rbuf, rd) + p * blk;
-                x.rn[p] = blk;
-            }
-            return x.post(g, s);
-        }, task, post ? &post : nullptr);
-    case NM_OPK_ALLTOALLV:
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            const void *sbase = o->sbuf;
-            const int *sc = o->scounts, *sdp = o->sdispls;
-            const DtypeInfo *sdi = sd;
-            if (inplace) {  // send from a copy of the receive buffer's span
-                MPI_Aint hi = 0;
-                for (int p = 0; p < n; p++)
-                    if (o->rcounts[p]) hi = std::max<MPI_Aint>(hi, (MPI_Aint)(o->rdispls[p] + o->rcounts[p]) * rd->extent);
-                char *tmp = (char *)g.scratch((size_t)hi + 1);
-                if (!tmp) return NM_ERR_NO_MEM;
-                nm_status_t st = d2d(tmp, at(o->rbuf, rd), (size_t)hi, s);
-                if (st != NM_OK) return st;
-                sbase = tmp - rd->true_lb;
-                sc = o->rcounts;
-                sdp = o->rdispls;
-                sdi = rd;
-            }
-            P2P x(n);
-            for (int p = 0; p < n; p++) {
-                x.sp[p] = at(sbase, sdi, sdp[p]);
-                x.sn[p] = (size_t)sc[p] * sdi->size;
-                x.rp[p] = at(o->rbuf, rd, o->rdispls[p]);
-                x.rn[p] = (size_t)o->rcounts[p] * rd->size;
-            }
-            return x.post(g, s);
-        }, task, post ? &post : nullptr);
-    case NM_OPK_REDUCE_SCATTER_BLOCK:
-        // In place the input is the whole receive buffer and the result belongs at its start.
-        // Rank 0's block is already there; other ranks reduce into scratch and copy after, so
-        // the rest of the buffer keeps its input (as the real MPI leaves it).
-        if (inplace && rank != 0)
-            post = [=](ProcessGroup &g, CUstream s) { return d2d(at(o->rbuf, rd), g.scratch(0), cnt * rd->size, s); };
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            const char *src = inplace ? at(o->rbuf, rd) : at(o->sbuf, sd);
-            char *dst = inplace && rank != 0 ? (char *)g.scratch(cnt * rd->size) : at(o->rbuf, rd);
-            if (!dst) return NM_ERR_NO_MEM;
-            NC(nccl.ncclReduceScatter(src, dst, cnt, ty, rop, g.nccl_comm(), s));
-            return NM_OK;
-        }, task, post ? &post : nullptr);
-    case NM_OPK_REDUCE_SCATTER: {
-        bool equal = true;
-        for (int p = 1; p < n; p++) equal = equal && o->rcounts[p] == o->rcounts[0];
-        const DtypeInfo *d = rd;
-        size_t mine = (size_t)o->rcounts[rank];
-        if (inplace)
-            post = [=](ProcessGroup &g, CUstream s) { return d2d(at(o->rbuf, d), g.scratch(0), mine * d->size, s); };
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            const char *src = inplace ? at(o->rbuf, d) : at(o->sbuf, sd);
-            if (equal && !inplace) {
-                NC(nccl.ncclReduceScatter(src, at(o->rbuf, d), mine, ty, rop, g.nccl_comm(), s));
-                return NM_OK;
-            }
-            // one reduce per block; in place the result lands in scratch and moves after
-            char *dst = inplace ? (char *)g.scratch(mine * d->size + 1) : at(o->rbuf, d);
-            if (!dst) return NM_ERR_NO_MEM;
-            size_t off = 0;
-            for (int p = 0; p < n; p++) {
-                if (o->rcounts[p])
-                    NC(nccl.ncclReduce(src + off * d->extent, p == rank ? dst : nullptr, (size_t)o->rcounts[p], ty, rop,
-                                       p, g.nccl_comm(), s));
-                off += (size_t)o->rcounts[p];
-            }
-            return NM_OK;
-        }, task, post ? &post : nullptr);
-    }
-    case NM_OPK_GATHER:
-    case NM_OPK_GATHERV: {
-        bool v = o->kind == NM_OPK_GATHERV;
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            bool root = rank == o->root;
-            if (!v && nccl.ncclGather) {
-                size_t blk = root ? cnt * rd->size : (size_t)o->scount * sd->size;
-                const char *src = inplace ? at(o->rbuf, rd) + o->root * blk : at(o->sbuf, sd);
-                NC(nccl.ncclGather(src, root ? at(o->rbuf, rd) : nullptr, blk, ncclInt8, o->root, g.nccl_comm(), s));
-                return NM_OK;
-            }
-            P2P x(n);
-            if (!(root && inplace)) {
-                x.sp[o->root] = at(o->sbuf, sd);
-                x.sn[o->root] = (size_t)o->scount * sd->size;
-            }
-            if (root)
-                for (int p = 0; p < n; p++) {
-                    if (inplace && p == rank) continue;
-                    size_t c = v ? (size_t)o->rcounts[p] : cnt;
-                    x.rp[p] = at(o->rbuf, rd, v ? (size_t)o->rdispls[p] : p * cnt);
-                    x.rn[p] = c * rd->size;
-                }
-            return x.post(g, s);
-        }, task, post ? &post : nullptr);
-    }
-    case NM_OPK_SCATTER:
-    case NM_OPK_SCATTERV: {
-        bool v = o->kind == NM_OPK_SCATTERV;
-        bool rin = o->rbuf == MPI_IN_PLACE;
-        return pg.run(o, [&](ProcessGroup &g, CUstream s) -> nm_status_t {
-            bool root = rank == o->root;
-            if (!v && nccl.ncclScatter) {
-                size_t blk = root ? (size_t)o->scount * sd->size : cnt * rd->size;
-                char *dst = rin ? at(o->sbuf, sd) + o->root * blk : at(o->rbuf, rd);
-                NC(nccl.ncclScatter(root ? at(o->sbuf, sd) : nullptr, dst, blk, ncclInt8, o->root, g.nccl_comm(), s));
-                return NM_OK;
-            }
-            P2P x(n);
-            if (root)
-                for (int p = 0; p < n; p++) {
-                    if (rin && p == rank) continue;
-                    size_t c = v ? (size_t)o->scounts[p] : (size_t)o->scount;
-                    x.sp[p] = at(o->sbuf, sd, v ? (size_t)o->sdispls[p] : p * (size_t)o->scount);
-                    x.sn[p] = c * sd->size;
-                }
-            if (!(root && rin)) {
-                x.rp[o->root] = at(o->rbuf, rd);
-                x.rn[o->root] = cnt * rd->size;
-            }
-            return x.post(g, s);
-        }, task, post ? &post : nullptr);
-    }
-    default:
-        NM_ERROR(COLL, "no NCCL body for %s", nm_opkind_name(o->kind));
-        return NM_ERR_INTERNAL;
-    }
+    const nm_op_t &o = c.op.o;
+    size_t cnt = (size_t)o.rcount;
+    char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
+    const char *src = c.op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
+    if (c.st != NM_OK) return c.st;
+    NC(nccl.ncclAllReduce(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), c.comm(), c.s));
+    return NM_OK;
 }
+
+nm_status_t nccl_reduce(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    size_t cnt = (size_t)o.rcount;
+    if (!c.op.root) {
+        const char *src = c.seg(SEG_SEND, BUF_IN, 0, cnt);
+        if (c.st != NM_OK) return c.st;
+        NC(nccl.ncclReduce(src, nullptr, red_count(c, SEG_SEND, cnt), red_type(c, SEG_SEND), red_op(c), o.root, c.comm(), c.s));
+        return NM_OK;
+    }
+    char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
+    const char *src = c.op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
+    if (c.st != NM_OK) return c.st;
+    NC(nccl.ncclReduce(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), o.root, c.comm(), c.s));
+    return NM_OK;
+}
+
+nm_status_t nccl_bcast(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    size_t cnt = (size_t)o.rcount;
+    char *buf = c.seg(SEG_RECV, c.op.root ? BUF_IN : BUF_OUT, 0, cnt);
+    if (c.st != NM_OK) return c.st;
+    NC(nccl.ncclBroadcast(buf, buf, c.bytes(SEG_RECV, cnt), ncclInt8, o.root, c.comm(), c.s));
+    return NM_OK;
+}
+
+nm_status_t nccl_allgather(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    const int n = c.op.n, rank = c.op.rank;
+    size_t blk = c.bytes(SEG_RECV, (size_t)o.rcount);
+    char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n);
+    const char *src = c.op.inplace ? dst + rank * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
+    if (c.st != NM_OK) return c.st;
+    NC(nccl.ncclAllGather(src, dst, blk, ncclInt8, c.comm(), c.s));
+    return NM_OK;
+}
+
+nm_status_t nccl_allgatherv(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    const int n = c.op.n, rank = c.op.rank;
+    P2P x(n);
+    const char *mine = c.op.inplace ? c.seg(SEG_RECV, BUF_IN, (size_t)o.rdispls[rank], (size_t)o.rcounts[rank])
+                                    : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
+    size_t mybytes = c.bytes(SEG_RECV, (size_t)o.rcounts[rank]);
+    for (int p = 0; p < n; p++) {
+        if (c.op.inplace && p == rank) continue;
+        x.sp[p] = mine;
+        x.sn[p] = mybytes;
+        x.rp[p] = c.seg(SEG_RECV, BUF_OUT, (size_t)o.rdispls[p], (size_t)o.rcounts[p]);
+        x.rn[p] = c.bytes(SEG_RECV, (size_t)o.rcounts[p]);
+    }
+    return x.post(c);
+}
+
+nm_status_t nccl_alltoall(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    const int n = c.op.n;
+    size_t blk = c.bytes(SEG_RECV, (size_t)o.rcount);
+    char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n);
+    const char *src;
+    if (c.op.inplace) {  // NCCL's alltoall is out of place: send from a copy
+        char *tmp = (char *)c.scratch(blk * n);
+        if (!tmp) return c.st;
+        nm_status_t st = c.d2d(tmp, dst, blk * n);
+        if (st != NM_OK) return st;
+        src = tmp;
+    } else {
+        src = c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount * n);
+    }
+    if (c.st != NM_OK) return c.st;
+    if (nccl.ncclAlltoAll) {
+        NC(nccl.ncclAlltoAll(src, dst, blk, ncclInt8, c.comm(), c.s));
+        return NM_OK;
+    }
+    P2P x(n);
+    for (int p = 0; p < n; p++) {
+        x.sp[p] = src + p * blk;
+        x.sn[p] = blk;
+        x.rp[p] = dst + p * blk;
+        x.rn[p] = blk;
+    }
+    return x.post(c);
+}
+
+nm_status_t nccl_alltoallv(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    const int n = c.op.n;
+    P2P x(n);
+    for (int p = 0; p < n; p++) {
+        x.rn[p] = c.bytes(SEG_RECV, (size_t)o.rcounts[p]);
+        if (c.op.inplace) {  // send each block from a copy of what the receive buffer held
+            x.rp[p] = c.seg(SEG_RECV, BUF_INOUT, (size_t)o.rdispls[p], (size_t)o.rcounts[p]);
+            char *tmp = x.rn[p] ? (char *)c.scratch(x.rn[p]) : nullptr;
+            if (x.rn[p] && (!tmp || c.d2d(tmp, x.rp[p], x.rn[p]) != NM_OK)) return c.st != NM_OK ? c.st : NM_ERR_CUDA;
+            x.sp[p] = tmp;
+            x.sn[p] = x.rn[p];
+        } else {
+            x.rp[p] = c.seg(SEG_RECV, BUF_OUT, (size_t)o.rdispls[p], (size_t)o.rcounts[p]);
+            x.sp[p] = c.seg(SEG_SEND, BUF_IN, (size_t)o.sdispls[p], (size_t)o.scounts[p]);
+            x.sn[p] = c.bytes(SEG_SEND, (size_t)o.scounts[p]);
+        }
+    }
+    return x.post(c);
+}
+
+// In place the input is the whole receive buffer and the result belongs at its start. Rank 0's
+// block is already there; other ranks reduce into scratch and copy after, so the rest of the
+// buffer keeps its input (as the real MPI leaves it).
+nm_status_t nccl_reduce_scatter_block(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    const int rank = c.op.rank;
+    size_t cnt = (size_t)o.rcount, total = cnt * c.op.size;
+    const char *src;
+    char *dst;
+    if (c.op.inplace) {
+        char *whole = c.seg(SEG_RECV, BUF_INOUT, 0, total);
+        src = whole;
+        dst = rank == 0 ? whole : (char *)c.scratch(c.bytes(SEG_RECV, cnt));
+        if (rank != 0 && dst) c.post_d2d(whole, dst, c.bytes(SEG_RECV, cnt));
+    } else {
+        src = c.seg(SEG_SEND, BUF_IN, 0, total);
+        dst = c.seg(SEG_RECV, BUF_OUT, 0, cnt);
+    }
+    if (c.st != NM_OK) return c.st;
+    NC(nccl.ncclReduceScatter(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), c.comm(), c.s));
+    return NM_OK;
+}
+
+nm_status_t nccl_reduce_scatter(NcclCall &c)
+{
+    const nm_op_t &o = c.op.o;
+    const int rank = c.op.rank, n = c.op.size;
+    bool equal = true;
+    size_t total = 0;
+    for (int p = 0; p < n; p++) {
+        equal = equal && o.rcounts[p] == o.rcounts[0];
+        total += (size_t)o.rcounts[p];
+    }
+    const int w = c.op.inplace ? SEG_RECV : SEG_SEND;  // which buffer holds the input
+    size_t mine = (size_t)o.rcounts[rank];
+    const char *src = c.seg(w, c.op.inplace ? BUF_INOUT : BUF_IN, 0, total);
+    if (equal && !c.op.inplace) {
+        char *dst = c.seg(SEG_RECV, BUF_OUT, 0, mine);
+        if (c.st != NM_OK) return c.st;
+        NC(nccl.ncclReduceScatter(src, dst, red_count(c, w, mine), red_type(c, w), red_op(c), c.comm(), c.s));
+        return NM_OK;
+    }
+    // one reduce per block; in place the result lands in scratch and moves to the start after
+    char *dst;
+    if (c.op.inplace) {
+        dst = (char *)c.scratch(c.bytes(w, mine));
+        if (dst) c.post_d2d((void *)src, dst, c.bytes(w, mine));
+    } else {
+        dst = c.seg(SEG_RECV, BUF_OUT, 0, mine);
+    }
+    if (c.st != NM_OK) return c.st;
+    size_t off = 0;
+    for (int p = 0; p < n; p++) {
+        if (o.rcounts[p])
+            NC(nccl.ncclReduce(src + c.bytes(w, off), p == rank ? dst : nullptr, red_count(c, w, (size_t)o.rcounts[p]),
+                               red_type(c, w), red_op(c), p, c.comm(), c.s));
+        off += (size_t)o.rcounts[p];
+    }
+    return NM_OK;
+}
+
+static nm_status_t gather_common(NcclCall &c, bool v)
+{
+    const nm_op_t &o = c.op.o;
+    const int n = c.op.n, rank = c.op.rank;
+    const bool root = c.op.root, inplace = c.op.inplace;
+    if (!v && nccl.ncclGather) {
+        size_t blk = root ? c.bytes(SEG_RECV, (size_t)o.rcount) : c.bytes(SEG_SEND, (size_t)o.scount);
+        char *dst = root ? c.seg(SEG_RECV, inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n) : nullptr;
+        const char *src = root && inplace ? dst + o.root * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
+        if (c.st != NM_OK) return c.st;
+        NC(nccl.ncclGather(src, dst, blk, ncclInt8, o.root, c.comm(), c.s));
+        return NM_OK;
+    }
+    P2P x(n);
+    if (!(root && inplace)) {
+        x.sp[o.root] = c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
+        x.sn[o.root] = c.bytes(SEG_SEND, (size_t)o.scount);
+    }
+    if (root)
+        for (int p = 0; p < n; p++) {
+            if (inplace && p == rank) continue;
+            size_t cnt = v ? (size_t)o.rcounts[p] : (size_t)o.rcount;
+            x.rp[p] = c.seg(SEG_RECV, BUF_OUT, v ? (size_t)o.rdispls[p] : p * (size_t)o.rcount, cnt);
+            x.rn[p] = c.bytes(SEG_RECV, cnt);
+        }
+    return x.post(c);
+}
+
+nm_status_t nccl_gather(NcclCall &c) { return gather_common(c, false); }
+nm_status_t nccl_gatherv(NcclCall &c) { return gather_common(c, true); }
+
+static nm_status_t scatter_common(NcclCall &c, bool v)
+{
+    const nm_op_t &o = c.op.o;
+    const int n = c.op.n, rank = c.op.rank;
+    const bool root = c.op.root, rin = o.rbuf == MPI_IN_PLACE;
+    if (!v && nccl.ncclScatter) {
+        size_t blk = root ? c.bytes(SEG_SEND, (size_t)o.scount) : c.bytes(SEG_RECV, (size_t)o.rcount);
+        char *src = root ? c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount * n) : nullptr;
+        char *dst = root && rin ? src + o.root * blk : c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
+        if (c.st != NM_OK) return c.st;
+        NC(nccl.ncclScatter(src, dst, blk, ncclInt8, o.root, c.comm(), c.s));
+        return NM_OK;
+    }
+    P2P x(n);
+    if (root)
+        for (int p = 0; p < n; p++) {
+            if (rin && p == rank) continue;
+            size_t cnt = v ? (size_t)o.scounts[p] : (size_t)o.scount;
+            x.sp[p] = c.seg(SEG_SEND, BUF_IN, v ? (size_t)o.sdispls[p] : p * (size_t)o.scount, cnt);
+            x.sn[p] = c.bytes(SEG_SEND, cnt);
+        }
+    if (!(root && rin)) {
+        x.rp[o.root] = c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
+        x.rn[o.root] = c.bytes(SEG_RECV, (size_t)o.rcount);
+    }
+    return x.post(c);
+}
+
+nm_status_t nccl_scatter(NcclCall &c) { return scatter_common(c, false); }
+nm_status_t nccl_scatterv(NcclCall &c) { return scatter_common(c, true); }
 
 }  // namespace ncclmpi

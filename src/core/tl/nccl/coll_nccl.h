@@ -1,15 +1,45 @@
-// ncclmpi: collectives on device buffers through NCCL. One entry point; each collective is a
-// short body run by ProcessGroup::run (ordering, group, completion are there, once).
+// ncclmpi: the NCCL bodies of the collectives (the op table's `nccl` column) and the call context
+// they run in. A body posts NCCL calls for one op inside the group its flush opened; it sees the
+// user's buffers only through seg(), which returns dense device bytes: the buffer itself when its
+// layout is contiguous device memory, else a scratch copy packed before the group and unpacked
+// after it (non-contiguous datatypes, host memory on a device rank).
 #ifndef NM_CORE_COLL_NCCL_H
 #define NM_CORE_COLL_NCCL_H
+#include <stddef.h>
+
 #include "core/comm/process_group.h"
-#include "core/engine/task.h"
-#include "route/nm_op.h"
+#include "core/engine/op.h"
 
 namespace ncclmpi {
 
-// Blocking when task == nullptr. o has been validated and routed to NCCL.
-nm_status_t coll_nccl(ProcessGroup &pg, const nm_op_t *o, Task *task);
+enum { SEG_SEND = 0, SEG_RECV = 1 };
+
+class NcclCall {
+  public:
+    NcclCall(Op &op, ProcessGroup &pg, CUstream s) : op(op), pg(pg), s(s) {}
+    Op &op;
+    ProcessGroup &pg;
+    CUstream s;
+    nm_status_t st = NM_OK;  // first failure inside seg() / scratch()
+
+    ncclComm_t comm() const { return pg.nccl_comm(); }
+    // `count` elements of the send (SEG_SEND) or receive (SEG_RECV) buffer starting `elem`
+    // extents from its pointer, as dense device bytes; dir: BUF_IN / BUF_OUT / BUF_INOUT.
+    char *seg(int which, int dir, size_t elem, size_t count);
+    size_t bytes(int which, size_t count) const { return count * op.info(which).size; }
+    // device scratch that lives until the op's post copies ran
+    void *scratch(size_t bytes);
+    // device-to-device copy on the op's stream before the group's kernels / after them
+    nm_status_t d2d(void *dst, const void *src, size_t bytes);
+    void post_d2d(void *dst, const void *src, size_t bytes);
+};
+
+// Post copies of a launched op, queued on s after its group (device unpacks, copies to pinned
+// bounce buffers), and the host side of them once the op completed.
+nm_status_t op_post_stream(Op &op, CUstream s);
+void op_post_host(Op &op);
+// Release the op's scratch (on s) and bounce buffers.
+void op_release_resources(Op &op, CUstream s);
 
 }  // namespace ncclmpi
 #endif

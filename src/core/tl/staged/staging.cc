@@ -10,6 +10,10 @@
 #include <vector>
 
 #include "core/dtype/dtype.h"
+#include "core/dtype/layout.h"
+#include "core/comm/process_group.h"
+#include "core/cuda/memkind.h"
+#include "core/op_table.h"
 #include "core/comm/comm_state.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -52,27 +56,35 @@ Device *device_get(int ordinal)
     CUdevice cud;
     NM_CU_CHECK(cu.cuDeviceGet(&cud, ordinal), delete d; return nullptr);
     NM_CU_CHECK(cu.cuDevicePrimaryCtxRetain(&d->ctx, cud), delete d; return nullptr);
-    {
-        DeviceGuard dg(d->ctx);
-        NM_CU_CHECK(cu.cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING), delete d; return nullptr);
-        NM_CU_CHECK(cu.cuStreamCreate(&d->stream2, CU_STREAM_NON_BLOCKING), delete d; return nullptr);
-        NM_CU_CHECK(cu.cuEventCreate(&d->order_ev, CU_EVENT_DISABLE_TIMING), delete d; return nullptr);
-        for (int i = 0; i < 2; i++) {
-            NM_CU_CHECK(cu.cuEventCreate(&d->in_ev[i], CU_EVENT_DISABLE_TIMING), delete d; return nullptr);
-            NM_CU_CHECK(cu.cuEventCreate(&d->out_ev[i], CU_EVENT_DISABLE_TIMING), delete d; return nullptr);
-        }
-    }
     d->numa = numa_of(ordinal);
     NM_INFO(STAGE, "device %d: staging through NUMA node %d", ordinal, d->numa);
     devices[ordinal] = d;
     return d;
 }
 
-nm_status_t order_after_app(Device *d, CUstream s)
+Lane *lane_get(Device *d)
+{
+    static thread_local std::map<int, Lane *> lanes;  // per thread, never shared
+    auto it = lanes.find(d->ordinal);
+    if (it != lanes.end()) return it->second;
+    Lane *l = new Lane;
+    DeviceGuard dg(d->ctx);
+    NM_CU_CHECK(cu.cuStreamCreate(&l->stream, CU_STREAM_NON_BLOCKING), delete l; return nullptr);
+    NM_CU_CHECK(cu.cuStreamCreate(&l->stream2, CU_STREAM_NON_BLOCKING), delete l; return nullptr);
+    NM_CU_CHECK(cu.cuEventCreate(&l->order_ev, CU_EVENT_DISABLE_TIMING), delete l; return nullptr);
+    for (int i = 0; i < 2; i++) {
+        NM_CU_CHECK(cu.cuEventCreate(&l->in_ev[i], CU_EVENT_DISABLE_TIMING), delete l; return nullptr);
+        NM_CU_CHECK(cu.cuEventCreate(&l->out_ev[i], CU_EVENT_DISABLE_TIMING), delete l; return nullptr);
+    }
+    lanes[d->ordinal] = l;
+    return l;
+}
+
+nm_status_t order_after_app(Lane *l, CUstream s)
 {
     if (!nm_cfg.STREAM_ORDER) return NM_OK;
-    NM_CU_CHECK(cu.cuEventRecord(d->order_ev, CU_STREAM_LEGACY), return NM_ERR_CUDA);
-    NM_CU_CHECK(cu.cuStreamWaitEvent(s, d->order_ev, 0), return NM_ERR_CUDA);
+    NM_CU_CHECK(cu.cuEventRecord(l->order_ev, CU_STREAM_LEGACY), return NM_ERR_CUDA);
+    NM_CU_CHECK(cu.cuStreamWaitEvent(s, l->order_ev, 0), return NM_ERR_CUDA);
     return NM_OK;
 }
 
@@ -107,6 +119,7 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
     }
     void *p = nullptr;
     bool by_hwloc = false;
+    DeviceGuard dg(dev ? dev->ctx : nullptr);  // pinned memory belongs to a context: make one current
     if (dev && dev->numa >= 0 && topo_ready) {
         hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)dev->numa);
         if (node) p = hwloc_alloc_membind(topo, cls, node->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
@@ -196,12 +209,13 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
     }
     if (s->dev) {
         DeviceGuard g(s->dev->ctx);
-        nm_status_t st = order_after_app(s->dev, s->dev->stream);
+        Lane *l = lane_get(s->dev);
+        nm_status_t st = l ? order_after_app(l, l->stream) : NM_ERR_CUDA;
         for (int i = 0; i < s->n && st == NM_OK; i++)
             if (s->r[i].dir & BUF_IN)
                 NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].host, (CUdeviceptr)s->r[i].dev, s->r[i].len,
-                                             s->dev->stream), st = NM_ERR_CUDA);
-        if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(s->dev->stream), st = NM_ERR_CUDA);
+                                             l->stream), st = NM_ERR_CUDA);
+        if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
         if (st != NM_OK) { stage_release(s); return st; }
     }
     o->flags |= NM_OPF_STAGED;
@@ -214,78 +228,163 @@ nm_status_t stage_finish(Stage *s)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
+    Lane *l = lane_get(s->dev);
+    if (!l) return NM_ERR_CUDA;
     nm_status_t st = NM_OK;
     for (int i = 0; i < s->n && st == NM_OK; i++)
         if (s->r[i].dir & BUF_OUT)
             NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, s->r[i].len,
-                                         s->dev->stream), st = NM_ERR_CUDA);
-    if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(s->dev->stream), st = NM_ERR_CUDA);
+                                         l->stream), st = NM_ERR_CUDA);
+    if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
     return st;
 }
 
-bool stage_pipeline_applies(const nm_op_t *o)
+// The buffer of one side of a pipelined call: where its element 0 is, its type, its memory.
+struct Side {
+    char *base = nullptr;  // element 0 (the pointer as the caller gave it)
+    const DtypeInfo *d = nullptr;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    bool device = false;
+    bool dense() const { return d && d->contig && device; }
+};
+
+static MPI_Datatype chunk_type(const OpCtx &c, const DtypeInfo *d)
 {
-    if ((o->flags & NM_OPF_NB) || nm_cfg.AGREE) return false;  // every rank must chunk alike
-    if (o->kind != NM_OPK_ALLREDUCE && o->kind != NM_OPK_REDUCE && o->kind != NM_OPK_BCAST && o->kind != NM_OPK_SCAN)
-        return false;
-    const DtypeInfo *d = dtype_info(o->rtype);
-    return d && d->contig && (double)o->rcount * d->size > 2.0 * nm_cfg.STAGE_CHUNK;
+    if (d->basic != MPI_DATATYPE_NULL) return d->basic;
+    return c.o->kind == NM_OPK_BCAST ? MPI_BYTE : MPI_DATATYPE_NULL;  // bcast moves bytes
 }
 
-nm_status_t stage_pipelined(const nm_op_t *o, const CommState *cs, int device, int *mpi_rc)
+bool stage_pipeline_applies(const OpCtx &c)
 {
-    const DtypeInfo *d = dtype_info(o->rtype);
-    const size_t esz = (size_t)d->extent;
-    const bool root = (o->kind == NM_OPK_REDUCE || o->kind == NM_OPK_BCAST) ? cs->rank == o->root : true;
-    const bool inplace = o->sbuf == MPI_IN_PLACE;
-    const char *src = (const char *)(inplace || o->kind == NM_OPK_BCAST ? o->rbuf : o->sbuf) + d->true_lb;
-    char *dst = (char *)o->rbuf + d->true_lb;
-    const bool in = o->kind != NM_OPK_BCAST || root;           // this rank copies data in
-    const bool out = o->kind == NM_OPK_BCAST ? !root : o->kind != NM_OPK_REDUCE || root;  // and results out
+    // every input is shared: the kind, the blocking form, the settings, the signature's bytes
+    // and basic type (equal on every rank for a correct program)
+    if ((c.o->flags & NM_OPF_NB) || nm_cfg.AGREE || !(nm_opk(c.o->kind) & NM_KF_ELEM)) return false;
+    const DtypeInfo *d = c.rd ? c.rd : c.sd;
+    if (!d || chunk_type(c, d) == MPI_DATATYPE_NULL) return false;
+    return (double)c.o->rcount * d->size > 2.0 * nm_cfg.STAGE_CHUNK;
+}
+
+// One chunk through the real MPI, in place on host memory h.
+static int chunk_mpi(const OpCtx &c, void *h, int n, MPI_Datatype t)
+{
+    const nm_op_t *o = c.o;
+    switch (o->kind) {
+    case NM_OPK_ALLREDUCE: return PMPI_Allreduce(MPI_IN_PLACE, h, n, t, o->op, o->comm);
+    case NM_OPK_SCAN: return PMPI_Scan(MPI_IN_PLACE, h, n, t, o->op, o->comm);
+    case NM_OPK_REDUCE:
+        return c.root ? PMPI_Reduce(MPI_IN_PLACE, h, n, t, o->op, o->root, o->comm)
+                      : PMPI_Reduce(h, nullptr, n, t, o->op, o->root, o->comm);
+    default: return PMPI_Bcast(h, n, t, o->root, o->comm);
+    }
+}
+
+// A rank whose buffers are not dense device bytes: the whole buffer packed on the host, the
+// same chunked calls, unpacked after. No overlap, same calls as the other ranks.
+static nm_status_t pipelined_packed(const OpCtx &c, Device *dev, const Side &in, const Side &out, bool do_in,
+                                    bool do_out, size_t total, MPI_Datatype ct, size_t ce, int *mpi_rc)
+{
+    size_t cls = 0, cls2 = 0;
+    char *h = (char *)pinned_get(total ? total : 1, dev, &cls);
+    if (!h) return NM_ERR_NO_MEM;
+    nm_status_t st = NM_OK;
+    char *span = nullptr;
+    auto with_span = [&](const Side &sd, bool to_dense) -> nm_status_t {
+        Layout l;
+        if (!layout_build(sd.type, c.o->rcount, 1u << 20, &l)) return NM_ERR_TYPE;
+        MPI_Aint lo, hi;
+        dtype_span(sd.d, 0, c.o->rcount, &lo, &hi);
+        size_t n = (size_t)(hi - lo);
+        if (!span) span = (char *)pinned_get(n ? n : 1, dev, &cls2);
+        if (!span) return NM_ERR_NO_MEM;
+        char *hb = span - lo;  // host image of element 0
+        if (sd.device) NM_CU_CHECK(cu.cuMemcpy((CUdeviceptr)span, (CUdeviceptr)(sd.base + lo), n), return NM_ERR_CUDA);
+        else memcpy(span, sd.base + lo, n);
+        if (to_dense) {
+            layout_pack_host(l, hb, h);
+            return NM_OK;
+        }
+        layout_unpack_host(l, h, hb);
+        if (sd.device) NM_CU_CHECK(cu.cuMemcpy((CUdeviceptr)(sd.base + lo), (CUdeviceptr)span, n), return NM_ERR_CUDA);
+        else memcpy(sd.base + lo, span, n);
+        return NM_OK;
+    };
+    if (do_in) st = with_span(in, true);
+    int tsz = 0;
+    PMPI_Type_size(ct, &tsz);
+    size_t nel = tsz ? total / (size_t)tsz : 0;
+    for (size_t k = 0; k < nel && st == NM_OK && *mpi_rc == MPI_SUCCESS; k += ce)
+        *mpi_rc = chunk_mpi(c, h + k * tsz, (int)std::min(ce, nel - k), ct);
+    if (st == NM_OK && *mpi_rc == MPI_SUCCESS && do_out) st = with_span(out, false);
+    pinned_put(h, cls);
+    if (span) pinned_put(span, cls2);
+    return st;
+}
+
+nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc)
+{
+    const nm_op_t *o = c.o;
+    const DtypeInfo *d = c.rd ? c.rd : c.sd;
+    const MPI_Datatype ct = chunk_type(c, d);
+    int tsz = 0;
+    PMPI_Type_size(ct, &tsz);
+    const size_t esz = (size_t)tsz;
+    const size_t total = (size_t)o->rcount * d->size;
+    const size_t nel = total / esz;  // elements of the chunk type
+    const bool bcast = o->kind == NM_OPK_BCAST;
+    const bool root = (o->kind == NM_OPK_REDUCE || bcast) ? c.root : true;
+    const bool do_in = !bcast || root;                                      // this rank copies data in
+    const bool do_out = bcast ? !root : (o->kind != NM_OPK_REDUCE || root);  // and results out
+    Side in, out;
+    in.base = (char *)(c.inplace || bcast ? o->rbuf : (void *)o->sbuf);
+    in.d = c.inplace || bcast ? c.rd : c.sd;
+    in.type = c.inplace || bcast ? o->rtype : o->stype;
+    out.base = (char *)o->rbuf;
+    out.d = c.rd;
+    out.type = o->rtype;
+    in.device = do_in && in.d && nm_mem_is_device(in.base + in.d->true_lb);
+    out.device = do_out && out.d && nm_mem_is_device(out.base + out.d->true_lb);
     Device *dev = device_get(device);
     if (!dev) return NM_ERR_CUDA;
+    *mpi_rc = MPI_SUCCESS;
+    DeviceGuard g(dev->ctx);
     const size_t ce = nm_cfg.STAGE_CHUNK / esz ? nm_cfg.STAGE_CHUNK / esz : 1;
-    const long long nchunks = ((long long)o->rcount + (long long)ce - 1) / (long long)ce;
+    if ((do_in && !in.dense()) || (do_out && !out.dense()))
+        return pipelined_packed(c, dev, in, out, do_in, do_out, total, ct, ce, mpi_rc);
+    Lane *l = lane_get(dev);
+    if (!l) return NM_ERR_CUDA;
+    const char *src = do_in ? in.base + in.d->true_lb : nullptr;
+    char *dst = do_out ? out.base + out.d->true_lb : nullptr;
+    const long long nchunks = (long long)((nel + ce - 1) / ce);
     size_t cls[2];
     char *slot[2] = {(char *)pinned_get(ce * esz, dev, &cls[0]), (char *)pinned_get(ce * esz, dev, &cls[1])};
     nm_status_t st = slot[0] && slot[1] ? NM_OK : NM_ERR_NO_MEM;
-    *mpi_rc = MPI_SUCCESS;
-    DeviceGuard g(dev->ctx);
-    if (st == NM_OK) st = order_after_app(dev, dev->stream);
-    if (st == NM_OK) st = order_after_app(dev, dev->stream2);
-    auto elems = [&](long long k) { return (int)std::min<long long>((long long)ce, o->rcount - k * (long long)ce); };
+    if (st == NM_OK) st = order_after_app(l, l->stream);
+    if (st == NM_OK) st = order_after_app(l, l->stream2);
+    auto elems = [&](long long k) { return (int)std::min<long long>((long long)ce, (long long)nel - k * (long long)ce); };
     auto copy_in = [&](long long k) -> nm_status_t {
-        if (!in) return NM_OK;
+        if (!do_in) return NM_OK;
         NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)slot[k & 1], (CUdeviceptr)(src + k * ce * esz), elems(k) * esz,
-                                     dev->stream), return NM_ERR_CUDA);
-        NM_CU_CHECK(cu.cuEventRecord(dev->in_ev[k & 1], dev->stream), return NM_ERR_CUDA);
+                                     l->stream), return NM_ERR_CUDA);
+        NM_CU_CHECK(cu.cuEventRecord(l->in_ev[k & 1], l->stream), return NM_ERR_CUDA);
         return NM_OK;
     };
     if (st == NM_OK && nchunks) st = copy_in(0);
     for (long long k = 0; k < nchunks && st == NM_OK && *mpi_rc == MPI_SUCCESS; k++) {
-        if (out && k >= 1 && k + 1 < nchunks) cu.cuEventSynchronize(dev->out_ev[(k + 1) & 1]);  // slot free again
+        if (do_out && k >= 1 && k + 1 < nchunks) cu.cuEventSynchronize(l->out_ev[(k + 1) & 1]);  // slot free again
         if (k + 1 < nchunks && (st = copy_in(k + 1)) != NM_OK) break;
-        if (in) cu.cuEventSynchronize(dev->in_ev[k & 1]);
-        else if (out && k >= 2) cu.cuEventSynchronize(dev->out_ev[k & 1]);
+        if (do_in) cu.cuEventSynchronize(l->in_ev[k & 1]);
+        else if (do_out && k >= 2) cu.cuEventSynchronize(l->out_ev[k & 1]);
         void *h = slot[k & 1];
         int n = elems(k);
-        switch (o->kind) {
-        case NM_OPK_ALLREDUCE: *mpi_rc = PMPI_Allreduce(MPI_IN_PLACE, h, n, o->rtype, o->op, o->comm); break;
-        case NM_OPK_SCAN: *mpi_rc = PMPI_Scan(MPI_IN_PLACE, h, n, o->rtype, o->op, o->comm); break;
-        case NM_OPK_REDUCE:
-            *mpi_rc = root ? PMPI_Reduce(MPI_IN_PLACE, h, n, o->rtype, o->op, o->root, o->comm)
-                           : PMPI_Reduce(h, nullptr, n, o->rtype, o->op, o->root, o->comm);
-            break;
-        default: *mpi_rc = PMPI_Bcast(h, n, o->rtype, o->root, o->comm); break;
-        }
-        if (out && *mpi_rc == MPI_SUCCESS) {
-            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(dst + k * ce * esz), (CUdeviceptr)h, (size_t)n * esz, dev->stream2),
+        *mpi_rc = chunk_mpi(c, h, n, ct);
+        if (do_out && *mpi_rc == MPI_SUCCESS) {
+            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(dst + k * ce * esz), (CUdeviceptr)h, (size_t)n * esz, l->stream2),
                         st = NM_ERR_CUDA);
-            NM_CU_CHECK(cu.cuEventRecord(dev->out_ev[k & 1], dev->stream2), st = NM_ERR_CUDA);
+            NM_CU_CHECK(cu.cuEventRecord(l->out_ev[k & 1], l->stream2), st = NM_ERR_CUDA);
         }
     }
-    cu.cuStreamSynchronize(dev->stream);
-    cu.cuStreamSynchronize(dev->stream2);
+    cu.cuStreamSynchronize(l->stream);
+    cu.cuStreamSynchronize(l->stream2);
     for (int i = 0; i < 2; i++)
         if (slot[i]) pinned_put(slot[i], cls[i]);
     NM_DEBUG(STAGE, "%s: %lld chunks of %zu bytes pipelined", nm_opkind_name(o->kind), nchunks, ce * esz);

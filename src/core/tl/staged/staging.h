@@ -11,20 +11,26 @@
 
 namespace ncclmpi {
 
-// One device's context, copy stream and ordering event (shared by all staged calls on it).
+// One device's context and the NUMA node nearest to it (shared by every thread).
 struct Device {
     int ordinal = -1;
     CUcontext ctx = nullptr;
-    CUstream stream = nullptr;   // device-to-host copies
-    CUstream stream2 = nullptr;  // host-to-device copies (both directions overlap in a pipeline)
-    CUevent order_ev = nullptr;
-    CUevent in_ev[2] = {nullptr, nullptr}, out_ev[2] = {nullptr, nullptr};
     int numa = -1;  // NUMA node closest to the GPU, -1 unknown
 };
 Device *device_get(int ordinal);
 
+// The calling thread's copy streams and events on a device: staged calls of different threads
+// never share a stream (MPI_THREAD_MULTIPLE).
+struct Lane {
+    CUstream stream = nullptr;   // device-to-host copies
+    CUstream stream2 = nullptr;  // host-to-device copies (both directions overlap in a pipeline)
+    CUevent order_ev = nullptr;
+    CUevent in_ev[2] = {nullptr, nullptr}, out_ev[2] = {nullptr, nullptr};
+};
+Lane *lane_get(Device *d);
+
 // Make the legacy stream's work visible to `s` (NCCLMPI_STREAM_ORDER).
-nm_status_t order_after_app(Device *d, CUstream s);
+nm_status_t order_after_app(Lane *l, CUstream s);
 
 struct Stage;
 
@@ -35,14 +41,18 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
 nm_status_t stage_finish(Stage *s);
 void stage_release(Stage *s);
 
-struct CommState;
+struct OpCtx;
 // Large blocking elementwise collectives (allreduce, reduce, bcast, scan) on device buffers:
-// chunks of NCCLMPI_STAGE_CHUNK bytes, copy-in of chunk k+1 and copy-out of chunk k-1 overlap
-// the real MPI's work on chunk k. *mpi_rc gets the real MPI's return code.
-bool stage_pipeline_applies(const nm_op_t *o);
-nm_status_t stage_pipelined(const nm_op_t *o, const CommState *cs, int device, int *mpi_rc);
+// chunks of NCCLMPI_STAGE_CHUNK bytes of the type signature, cut the same way on every rank
+// whatever its own datatype (the chunk is counted in the signature's basic type); copy-in of
+// chunk k+1 and copy-out of chunk k-1 overlap the real MPI's work on chunk k. A rank whose layout
+// is not contiguous packs the whole buffer on the host first and makes the same calls.
+// *mpi_rc gets the real MPI's return code. The decision uses shared facts only.
+bool stage_pipeline_applies(const OpCtx &c);
+nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc);
 
-// Pinned host memory from the pool (NUMA-local to `dev` when hwloc can tell).
+// Pinned host memory from the pool (NUMA-local to `dev` when hwloc can tell; dev == nullptr:
+// the current context registers it).
 void *pinned_get(size_t bytes, Device *dev, size_t *got);
 void pinned_put(void *p, size_t bytes);
 void pinned_trim();

@@ -1,0 +1,554 @@
+// ncclmpi: the execution engine (see engine.h; the argument is in doc/design.md, "Coalescing").
+#include "core/engine/engine.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "core/comm/comm_state.h"
+#include "core/engine/task.h"
+#include "core/op_table.h"
+#include "core/tl/nccl/coll_nccl.h"
+#include "core/tl/staged/staging.h"
+#include "interpose/interpose.h"
+#include "util/config.h"
+#include "util/log.h"
+
+namespace ncclmpi {
+
+int nm_thread_multiple;  // the real MPI runs at MPI_THREAD_MULTIPLE (set at MPI_Init)
+
+// ---- pools -----------------------------------------------------------------------------------
+static std::mutex pool_mu;
+static std::vector<Op *> op_pool;
+
+Op *op_get()
+{
+    {
+        std::lock_guard<std::mutex> g(pool_mu);
+        if (!op_pool.empty()) {
+            Op *op = op_pool.back();
+            op_pool.pop_back();
+            return op;
+        }
+    }
+    return new Op;
+}
+
+void op_put(Op *op)
+{
+    if (op->sdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->sdup);
+    if (op->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->rdup);
+    // keep the vectors' capacity: the next op reuses it
+    op->post_first.clear();
+    op->post.clear();
+    op->layouts.clear();
+    op->scratch.clear();
+    op->bounce.clear();
+    op->zeros.clear();
+    Op fresh;
+    std::swap(fresh.post_first, op->post_first);
+    std::swap(fresh.post, op->post);
+    std::swap(fresh.layouts, op->layouts);
+    std::swap(fresh.scratch, op->scratch);
+    std::swap(fresh.bounce, op->bounce);
+    std::swap(fresh.zeros, op->zeros);
+    *op = std::move(fresh);
+    std::lock_guard<std::mutex> g(pool_mu);
+    op_pool.push_back(op);
+}
+
+std::string Op::describe() const
+{
+    char b[200];
+    snprintf(b, sizeof(b), "MPI_%s on %s seq %llu", nm_fn_names[o.fn], cs ? cs->describe().c_str() : "?",
+             (unsigned long long)seq);
+    return b;
+}
+
+// One completion event per launch, shared by its ops.
+struct Completion {
+    CUevent ev = nullptr;
+    ProcessGroup *pg = nullptr;
+    int refs = 0;
+};
+static std::mutex done_mu;
+
+static void completion_drop(Completion *d)
+{
+    bool last;
+    {
+        std::lock_guard<std::mutex> g(done_mu);
+        last = --d->refs == 0;
+    }
+    if (!last) return;
+    d->pg->event_put(d->ev);
+    delete d;
+}
+
+// ---- MPI progress ----------------------------------------------------------------------------
+void mpi_progress()
+{
+    int flag = 0;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+}
+
+// ---- fault injection (NCCLMPI_FAULT=<world rank>:<n>: the n-th launch fails) -----------------
+static long fault_at = -1;
+static std::atomic<long> launches{0};
+
+static bool fault_now()
+{
+    static std::once_flag once;
+    std::call_once(once, [] {
+        int r = -1;
+        long n = -1;
+        if (nm_cfg.FAULT && *nm_cfg.FAULT && sscanf(nm_cfg.FAULT, "%d:%ld", &r, &n) == 2 && r == world_rank() && n > 0)
+            fault_at = n;
+    });
+    return fault_at > 0 && launches.fetch_add(1) + 1 == fault_at;
+}
+
+// ---- launch ----------------------------------------------------------------------------------
+static CUstream pick_stream(ProcessGroup *pg, bool blocking)
+{
+    if (blocking && nm_cfg.CALC_STREAM && !nm_thread_multiple && pg->inflight.load(std::memory_order_relaxed) == 0)
+        return CU_STREAM_LEGACY;
+    return pg->stream();
+}
+
+// Launch ops (all of one communicator, cs->mu held) as one NCCL group on stream s.
+static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std::string *err)
+{
+    ProcessGroup *pg = cs->pg.get();
+    if (!pg || pg->failed()) {
+        *err = pg ? pg->fail_reason() : "no NCCL communicator";
+        return NM_ERR_NCCL;
+    }
+    DeviceGuard g(pg->ctx());
+    // order after the application's work: the last op's recorded point covers the earlier ones
+    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER) {
+        CUevent ord = ops[n - 1]->order_ev;
+        CUevent tmp = nullptr;
+        if (!ord) {
+            tmp = ord = pg->event_get();
+            NM_CU_CHECK(cu.cuEventRecord(ord, CU_STREAM_LEGACY), return NM_ERR_CUDA);
+        }
+        NM_CU_CHECK(cu.cuStreamWaitEvent(s, ord, 0), return NM_ERR_CUDA);
+        if (tmp) pg->event_put(tmp);  // reuse is safe: the wait captured the recorded work
+    }
+    if (fault_now()) {
+        *err = "NCCLMPI_FAULT: injected NCCL failure";
+        pg->fail(*err + " at " + ops[0]->describe());
+        return NM_ERR_NCCL;
+    }
+    nm_status_t st = NM_OK;
+    NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
+    for (int i = 0; i < n && st == NM_OK; i++) {
+        NcclCall c(*ops[i], *pg, s);
+        st = op_row(ops[i]->o.kind).nccl(c);
+        if (st == NM_OK) st = c.st;
+    }
+    ncclResult_t ge = nccl.ncclGroupEnd();
+    if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
+        *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg->nccl_comm()) + ")";
+        pg->fail(*err + " at " + ops[0]->describe());
+        st = NM_ERR_NCCL;
+    }
+    for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
+    if (st != NM_OK) {
+        if (err->empty()) *err = std::string("launch failed: ") + nm_status_str(st);
+        for (int i = 0; i < n; i++) op_release_resources(*ops[i], s);
+        return st;
+    }
+    Completion *d = new Completion;
+    d->pg = pg;
+    d->refs = n;
+    d->ev = pg->event_get();
+    NM_CU_CHECK(cu.cuEventRecord(d->ev, s), st = NM_ERR_CUDA);
+    double now = nm_now_s();
+    for (int i = 0; i < n; i++) {
+        Op *op = ops[i];
+        for (CUdeviceptr p : op->scratch) cu.cuMemFreeAsync(p, s);  // stream-ordered: after its users
+        op->scratch.clear();
+        if (op->order_ev) {
+            pg->event_put(op->order_ev);
+            op->order_ev = nullptr;
+        }
+        op->done = d;
+        op->launched = true;
+        op->t_launch = now;
+    }
+    pg->inflight.fetch_add(n, std::memory_order_relaxed);
+    NM_TRACE(COLL, "%s: launched a group of %d (first %s)", cs->describe().c_str(), n, ops[0]->describe().c_str());
+    return st;
+}
+
+static void fail_ops(Op *const *ops, int n, nm_status_t st, const std::string &err)
+{
+    for (int i = 0; i < n; i++)
+        if (ops[i]->task) ops[i]->task->fail_op(st, err);
+}
+
+// ---- agreement rounds ------------------------------------------------------------------------
+static Round *round_start(CommState *cs, int proposal)
+{
+    Round *r = new Round;
+    r->proposal = proposal;
+    r->t0 = nm_now_s();
+    PMPI_Iallreduce(&r->proposal, &r->result, 1, MPI_INT, MPI_MIN, cs->hidden, &r->req);
+    return r;
+}
+
+// Rounds whose result is known in advance (proposal 1): completed in the background.
+static std::mutex orphan_mu;
+static std::vector<Round *> orphans;
+
+static void rounds_reap(std::vector<Round *> &v)
+{
+    for (size_t i = 0; i < v.size();) {
+        int flag = 0;
+        PMPI_Test(&v[i]->req, &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+            delete v[i];
+            v[i] = v.back();
+            v.pop_back();
+        } else {
+            i++;
+        }
+    }
+}
+
+static void queue_pop(CommState *cs, int m)
+{
+    cs->queue.erase(cs->queue.begin(), cs->queue.begin() + m);
+    __atomic_sub_fetch(&nm_hot.queued, m, __ATOMIC_RELAXED);
+}
+
+// Launch the front m ops of cs's queue as one group (cs->mu held).
+static void launch_front(CommState *cs, int m)
+{
+    std::vector<Op *> ops(cs->queue.begin(), cs->queue.begin() + m);
+    queue_pop(cs, m);
+    std::string err;
+    nm_status_t st = launch(cs, ops.data(), m, cs->pg ? cs->pg->stream() : nullptr, &err);
+    if (st != NM_OK) fail_ops(ops.data(), m, st, err);
+}
+
+// Every queued op of cs as a group of its own: the proposals are 1, so the result is 1 whatever
+// the peers propose, and nothing waits.
+static void flush_singletons(CommState *cs)
+{
+    while (!cs->queue.empty()) {
+        cs->rounds.push_back(round_start(cs, 1));
+        launch_front(cs, 1);
+    }
+    rounds_reap(cs->rounds);
+}
+
+// Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it.
+static nm_status_t round_wait(CommState *cs, Round *r, std::string *err)
+{
+    bool warned = false;
+    for (unsigned spin = 0;; spin++) {
+        int flag = 0;
+        PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+        if (flag) return NM_OK;
+        if ((spin & 255) == 255) {
+            double waited = nm_now_s() - r->t0;
+            if (nm_cfg.TIMEOUT > 0 && waited > nm_cfg.TIMEOUT) {
+                char b[200];
+                snprintf(b, sizeof(b), "%s: the other ranks did not reach the agreement on the next group of "
+                         "nonblocking operations in %ld s", cs->describe().c_str(), nm_cfg.TIMEOUT);
+                *err = b;
+                if (cs->pg) cs->pg->fail(b);
+                cs->cap.store(NM_CAP_FAILED);
+                return NM_ERR_TIMEOUT;
+            }
+            if (!warned && nm_cfg.WARN_AFTER > 0 && waited > nm_cfg.WARN_AFTER) {
+                warned = true;
+                NM_WARN(COLL, "%s: waiting %.0f s for the other ranks to agree on a group of nonblocking operations",
+                        cs->describe().c_str(), waited);
+            }
+            sched_yield();
+        }
+    }
+}
+
+static nm_status_t flush_waitable_locked(CommState *cs, uint64_t seq, std::string *err)
+{
+    while (!cs->queue.empty() && cs->queue.front()->seq <= seq) {
+        int q = (int)std::min<size_t>(cs->queue.size(), (size_t)std::max<long>(1, nm_cfg.COALESCE_MAX));
+        Round *r = round_start(cs, q);
+        int m = 1;
+        if (q > 1) {
+            nm_status_t st = round_wait(cs, r, err);
+            if (st != NM_OK) {
+                std::vector<Op *> ops(cs->queue.begin(), cs->queue.end());
+                queue_pop(cs, (int)ops.size());
+                fail_ops(ops.data(), (int)ops.size(), st, *err);
+                std::lock_guard<std::mutex> g(orphan_mu);
+                orphans.push_back(r);
+                return st;
+            }
+            m = std::max(1, std::min(q, r->result));
+            delete r;
+        } else {
+            cs->rounds.push_back(r);
+        }
+        launch_front(cs, m);
+    }
+    return NM_OK;
+}
+
+nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq)
+{
+    std::string err;
+    std::lock_guard<std::mutex> g(cs->mu);
+    return flush_waitable_locked(cs, seq, &err);
+}
+
+// Communicators with queued ops (the registry of the queue)
+static std::mutex qmu;
+static std::vector<CommState *> queued_comms;
+
+void engine_flush_all()
+{
+    std::vector<CommState *> v;
+    {
+        std::lock_guard<std::mutex> g(qmu);
+        v.swap(queued_comms);
+    }
+    std::vector<CommState *> busy;
+    for (CommState *cs : v) {
+        // a communicator another thread holds is that thread's to flush (it is launching, or
+        // waiting for an agreement whose proposal it already made): never wait for it here
+        std::unique_lock<std::mutex> g(cs->mu, std::try_to_lock);
+        if (!g.owns_lock()) {
+            busy.push_back(cs);
+            continue;
+        }
+        flush_singletons(cs);
+        g.unlock();
+        comm_release(cs);
+    }
+    if (!busy.empty()) {
+        std::lock_guard<std::mutex> g(qmu);
+        queued_comms.insert(queued_comms.end(), busy.begin(), busy.end());
+    }
+}
+
+// ---- explicit groups -------------------------------------------------------------------------
+static thread_local int group_depth;
+static thread_local std::vector<Op *> group_ops;
+
+int engine_group_depth() { return group_depth; }
+
+int engine_group_begin()
+{
+    if (group_depth++ == 0) engine_flush_all();  // what came before goes first
+    return MPI_SUCCESS;
+}
+
+static nm_status_t launch_explicit(std::string *err)
+{
+    std::vector<Op *> ops;
+    ops.swap(group_ops);
+    if (ops.empty()) return NM_OK;
+    // one NCCL group per communicator, in the order of first appearance; the communicators'
+    // groups follow one another (NCCL orders each communicator's work on its own)
+    nm_status_t first = NM_OK;
+    std::vector<char> done(ops.size(), 0);
+    for (size_t i = 0; i < ops.size(); i++) {
+        if (done[i]) continue;
+        CommState *cs = ops[i]->cs;
+        std::vector<Op *> mine;
+        for (size_t j = i; j < ops.size(); j++)
+            if (!done[j] && ops[j]->cs == cs) {
+                mine.push_back(ops[j]);
+                done[j] = 1;
+            }
+        std::lock_guard<std::mutex> g(cs->mu);
+        nm_status_t st = launch(cs, mine.data(), (int)mine.size(), cs->pg ? cs->pg->stream() : nullptr, err);
+        if (st != NM_OK) {
+            fail_ops(mine.data(), (int)mine.size(), st, *err);
+            if (first == NM_OK) first = st;
+        }
+    }
+    return first;
+}
+
+int engine_group_end()
+{
+    if (group_depth == 0) return MPI_ERR_OTHER;
+    if (--group_depth > 0) return MPI_SUCCESS;
+    std::string err;
+    return launch_explicit(&err) == NM_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
+}
+
+// ---- submission ------------------------------------------------------------------------------
+nm_status_t engine_run_blocking(Op *op, std::string *err)
+{
+    CommState *cs = op->cs;
+    if (group_depth > 0) {  // a blocking call ends the explicit group here (every rank does the same)
+        nm_status_t st = launch_explicit(err);
+        if (st != NM_OK) { op_put(op); return st; }
+    }
+    nm_status_t st;
+    {
+        std::lock_guard<std::mutex> g(cs->mu);
+        // what this communicator queued goes first, in groups agreed with the other ranks (every
+        // rank is in this blocking collective, after the same nonblocking ones)
+        st = flush_waitable_locked(cs, UINT64_MAX, err);
+        if (st == NM_OK) {
+            op->seq = ++cs->seq;
+            st = launch(cs, &op, 1, pick_stream(cs->pg.get(), true), err);
+        }
+    }
+    if (st != NM_OK) {
+        op_put(op);
+        return st;
+    }
+    bool warned = false;
+    for (unsigned spin = 0;; spin++) {
+        if (op_poll(op, &st, err)) break;
+        if ((spin & 15) == 15) mpi_progress();
+        if ((spin & 4095) == 4095) {
+            double waited = nm_now_s() - op->t_launch;
+            if (!warned && nm_cfg.WARN_AFTER > 0 && waited > nm_cfg.WARN_AFTER) {
+                warned = true;
+                NM_WARN(COLL, "%s has waited %.0f s (NCCLMPI_TIMEOUT=%ld)", op->describe().c_str(), waited, nm_cfg.TIMEOUT);
+            }
+            sched_yield();
+        }
+    }
+    op_finish(op);
+    return st;
+}
+
+nm_status_t engine_submit(Op *op, std::string *err)
+{
+    CommState *cs = op->cs;
+    ProcessGroup *pg = cs->pg.get();
+    // the application's work this op follows is what the legacy stream holds now
+    if (nm_cfg.STREAM_ORDER && pg) {
+        DeviceGuard g(pg->ctx());
+        op->order_ev = pg->event_get();
+        if (op->order_ev) cu.cuEventRecord(op->order_ev, CU_STREAM_LEGACY);
+    }
+    cs->refs.fetch_add(1, std::memory_order_relaxed);  // released when the op completes
+    if (group_depth > 0) {
+        std::lock_guard<std::mutex> g(cs->mu);
+        op->seq = ++cs->seq;
+        op->explicit_group = true;
+        group_ops.push_back(op);
+        return NM_OK;
+    }
+    std::lock_guard<std::mutex> g(cs->mu);
+    op->seq = ++cs->seq;
+    if (!nm_cfg.COALESCE || cs->hidden == MPI_COMM_NULL) {
+        nm_status_t st = launch(cs, &op, 1, pg->stream(), err);
+        if (st != NM_OK) op->task->fail_op(st, *err);
+        return NM_OK;
+    }
+    if (cs->queue.empty()) {
+        cs->refs.fetch_add(1, std::memory_order_relaxed);  // held by the registry of queues
+        std::lock_guard<std::mutex> q(qmu);
+        queued_comms.push_back(cs);
+    }
+    cs->queue.push_back(op);
+    __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
+    return NM_OK;
+}
+
+// ---- completion ------------------------------------------------------------------------------
+bool op_poll(Op *op, nm_status_t *st, std::string *err)
+{
+    if (!op->launched) return false;
+    ProcessGroup *pg = op->done->pg;
+    CUresult q = CUDA_ERROR_NOT_READY;
+    if (!pg->failed()) {
+        DeviceGuard g(pg->ctx());
+        q = cu.cuEventQuery(op->done->ev);
+    }
+    if (q == CUDA_ERROR_NOT_READY && !pg->failed()) {
+        double waited = nm_now_s() - op->t_launch;
+        if (nm_cfg.TIMEOUT > 0 && waited > nm_cfg.TIMEOUT) {
+            char b[256];
+            snprintf(b, sizeof(b), "%s did not complete in %ld s (NCCLMPI_TIMEOUT): a peer is gone or not calling it",
+                     op->describe().c_str(), nm_cfg.TIMEOUT);
+            pg->fail(b);
+            op->cs->cap.store(NM_CAP_FAILED);
+        } else if (pg->check_async() != NM_OK) {
+            op->cs->cap.store(NM_CAP_FAILED);
+        } else {
+            return false;
+        }
+    }
+    if (pg->failed()) {
+        *st = NM_ERR_NCCL;
+        *err = pg->fail_reason();
+        op->cs->cap.store(NM_CAP_FAILED);
+        return true;
+    }
+    if (q != CUDA_SUCCESS) {
+        *st = NM_ERR_CUDA;
+        *err = std::string("event query failed: ") + cuda_errstr(q);
+        return true;
+    }
+    if (op->carrier != MPI_REQUEST_NULL) {  // the real MPI's part of an ambiguous kind
+        int flag = 0;
+        PMPI_Test(&op->carrier, &flag, MPI_STATUS_IGNORE);
+        if (!flag) return false;
+    }
+    op_post_host(*op);
+    *st = NM_OK;
+    return true;
+}
+
+void op_finish(Op *op)
+{
+    if (op->carrier != MPI_REQUEST_NULL) PMPI_Wait(&op->carrier, MPI_STATUS_IGNORE);
+    CommState *cs = op->cs;
+    if (op->launched) {
+        ProcessGroup *pg = op->done->pg;
+        pg->inflight.fetch_sub(1, std::memory_order_relaxed);
+        completion_drop(op->done);
+    } else if (op->order_ev && cs->pg) {
+        cs->pg->event_put(op->order_ev);
+    }
+    for (auto &b : op->bounce) pinned_put(b.first, b.second);
+    op->bounce.clear();
+    bool nb = op->task != nullptr;
+    op_put(op);
+    if (nb) comm_release(cs);
+}
+
+void engine_progress()
+{
+    {
+        std::unique_lock<std::mutex> g(orphan_mu, std::try_to_lock);
+        if (g.owns_lock() && !orphans.empty()) rounds_reap(orphans);
+    }
+}
+
+void engine_comm_freed(CommState *cs)
+{
+    std::lock_guard<std::mutex> g(cs->mu);
+    cs->freed = true;
+    if (!cs->queue.empty()) flush_singletons(cs);
+    if (cs->hidden != MPI_COMM_NULL) {
+        {
+            std::lock_guard<std::mutex> o(orphan_mu);
+            orphans.insert(orphans.end(), cs->rounds.begin(), cs->rounds.end());
+        }
+        cs->rounds.clear();
+        PMPI_Comm_free(&cs->hidden);
+    }
+}
+
+}  // namespace ncclmpi

@@ -1,0 +1,56 @@
+// ncclmpi: the execution engine between dispatch and the process groups.
+//
+// A device collective on the NCCL route becomes an Op. A blocking one is launched alone (after
+// whatever its communicator has queued) and waited for. A nonblocking one is queued on its
+// communicator (NCCLMPI_COALESCE=1) and launched at the process's next MPI call that is not
+// another nonblocking device collective: consecutive operations form one NCCL group, whose
+// extent every rank agrees on with one small PMPI_Iallreduce (MIN) on the communicator's hidden
+// duplicate. The argument that this never hangs a legal program and that every rank forms the
+// same groups is in doc/design.md ("Coalescing").
+// Explicit groups (ncclmpi_group_begin/end) are the user's promise that every rank groups alike:
+// no agreement is needed.
+#ifndef NM_CORE_ENGINE_H
+#define NM_CORE_ENGINE_H
+#include <mpi.h>
+
+#include <string>
+
+#include "core/engine/op.h"
+#include "util/status.h"
+
+namespace ncclmpi {
+
+struct CommState;
+
+// A blocking operation: launched after its communicator's queue, waited for (MPI keeps
+// progressing, NCCLMPI_TIMEOUT and NCCL's asynchronous errors are watched). Releases op.
+nm_status_t engine_run_blocking(Op *op, std::string *err);
+// A nonblocking operation (op->task set): queued, or launched at once. The task owns op after.
+nm_status_t engine_submit(Op *op, std::string *err);
+
+// Flush points. Launch every queued operation of every communicator as a group of its own
+// (agreement proposals of 1, whose outcome is known: never waits for a peer).
+void engine_flush_all();
+// A wait that needs the queued operation `seq` of cs to complete: propose groups as large as the
+// queue and wait for the agreement (the peers reach it at their next MPI call).
+nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq);
+// ncclmpi_group_begin/end: ops of the calling thread are held and launched together at end.
+int engine_group_begin();
+int engine_group_end();
+int engine_group_depth();
+// Complete agreement rounds whose result was not needed (called at progress points).
+void engine_progress();
+// The MPI communicator is being freed: launch its queue, release its hidden duplicate.
+void engine_comm_freed(CommState *cs);
+
+// Completion of a launched op, non-blocking: true when done (*st tells how), false while running
+// or queued. Watches NCCLMPI_TIMEOUT and NCCL's asynchronous errors.
+bool op_poll(Op *op, nm_status_t *st, std::string *err);
+// Release a completed op (host-side copies done, resources back to their pools).
+void op_finish(Op *op);
+
+// Make the real MPI progress (ranks that wait on the GPU must keep it moving).
+void mpi_progress();
+
+}  // namespace ncclmpi
+#endif
