@@ -75,7 +75,7 @@ DESCRIBE = {
     "STATUS": "o.status = {n};", "MSG": "o.msg = {n};",
 }
 # In the PMPI call of the DATA path, buffers come from the descriptor: staging may swap them.
-DATA_SUBST = {"SBUF": "o.sbuf", "RBUF": "o.rbuf", "BUF": "o.rbuf", "STATUS": "o.status"}
+DATA_SUBST = {"SBUF": "o.sbuf", "RBUF": "o.rbuf", "BUF": "o.rbuf", "STATUS": "o.status", "OP": "o.op"}
 
 
 def c_wrapper(r):

@@ -12,9 +12,11 @@
 #include "core/comm/comm_state.h"
 #include "core/cuda/memkind.h"
 #include "core/dtype/buffers.h"
+#include "core/dtype/layout.h"
 #include "core/engine/engine.h"
 #include "core/engine/task.h"
 #include "core/op_table.h"
+#include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -56,6 +58,46 @@ static void note_staged(const nm_op_t *o, nm_why_t why)
     if (why < 0 || why >= NM_WHY_COUNT_ || __atomic_exchange_n(&said[why], true, __ATOMIC_RELAXED)) return;
     NM_INFO(ROUTE, "MPI_%s on device buffers goes through the staged path: %s (said once per cause)",
             nm_fn_names[o->fn], nm_why_str(why));
+}
+
+// ---- 8-bit integer sums ----------------------------------------------------------------------
+// Open MPI 4.1's op/avx component adds 8-bit integers with saturation (MPI_SUM of 100
+// MPI_UNSIGNED_CHAR values can give 0xff instead of the value modulo 256). Calls that ncclmpi
+// runs through the real MPI on its own copies, and every rank's call under NCCLMPI_AGREE (whose
+// host ranks meet staged ranks in one collective), use this wrapping sum instead: one user op,
+// chosen from shared facts (op, the signature's basic type, settings), so every rank passes the
+// same op. Bytes add alike for signed and unsigned 8-bit types.
+static void wrap_sum8(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    const DtypeInfo *d = dtype_info(*dt);
+    if (d && d->contig) {
+        unsigned char *a = (unsigned char *)in + d->true_lb, *b = (unsigned char *)inout + d->true_lb;
+        for (size_t i = 0, n = (size_t)*len * d->size; i < n; i++) b[i] = (unsigned char)(b[i] + a[i]);
+        return;
+    }
+    Layout l;
+    if (!layout_build(*dt, *len, (size_t)1 << 30, &l)) return;
+    for (const LayoutRun &r : l.runs)
+        for (size_t k = 0; k < r.count; k++) {
+            unsigned char *a = (unsigned char *)in + r.off + (MPI_Aint)k * r.stride;
+            unsigned char *b = (unsigned char *)inout + r.off + (MPI_Aint)k * r.stride;
+            for (size_t i = 0; i < r.len; i++) b[i] = (unsigned char)(b[i] + a[i]);
+        }
+}
+
+static bool int8_basic(MPI_Datatype t)
+{
+    return t == MPI_SIGNED_CHAR || t == MPI_UNSIGNED_CHAR || t == MPI_INT8_T || t == MPI_UINT8_T || t == MPI_CHAR ||
+           t == MPI_INTEGER1;
+}
+
+static void use_wrapping_sum8(nm_op_t *o, const DtypeInfo *d)
+{
+    static MPI_Op op = MPI_OP_NULL;
+    static std::once_flag once;
+    if (o->op != MPI_SUM || !d || !int8_basic(d->basic) || !nm_opkind_is_reduction(o->kind)) return;
+    std::call_once(once, [] { PMPI_Op_create(wrap_sum8, 1, &op); });
+    if (op != MPI_OP_NULL) o->op = op;
 }
 
 // ---- lifecycle -------------------------------------------------------------------------------
@@ -200,29 +242,6 @@ int creation_device(const CommState *cs, const Classified &c)
     return -1;
 }
 
-// The real MPI call an EMPTY rank of an ambiguous kind makes, with zero counts on this side:
-// made by the ranks that run the data over NCCL, so every rank makes the same call.
-int carrier_start(Op *op)
-{
-    const nm_op_t &o = op->o;
-    static char dummy[16];
-    op->zeros.assign((size_t)2 * op->n + 2, 0);
-    int *z = op->zeros.data();
-    MPI_Request *r = &op->carrier;
-    switch (o.kind) {
-    case NM_OPK_ALLTOALLV:
-        return PMPI_Ialltoallv(dummy, z, z, MPI_BYTE, dummy, z, z, MPI_BYTE, o.comm, r);
-    case NM_OPK_GATHERV:
-        return op->root ? PMPI_Igatherv(dummy, 0, MPI_BYTE, dummy, z, z, MPI_BYTE, o.root, o.comm, r)
-                        : PMPI_Igatherv(dummy, 0, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, o.root, o.comm, r);
-    case NM_OPK_SCATTERV:
-        return op->root ? PMPI_Iscatterv(dummy, z, z, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm, r)
-                        : PMPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm, r);
-    default:
-        return MPI_SUCCESS;
-    }
-}
-
 Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, unsigned act)
 {
     Op *op = op_get();
@@ -264,7 +283,9 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
     }
     Op *op = make_op(o, x, cs, b, nb, act);
     std::string err;
-    if ((act & NM_ACT_CARRIER) && carrier_start(op) != MPI_SUCCESS) {
+    // a nonblocking call's carrier is made now, in the order of the caller's MPI calls (a
+    // blocking call's is made by the engine right after the launch)
+    if ((act & NM_ACT_CARRIER) && (o->flags & NM_OPF_NB) && nccl_carrier(*op, false) != MPI_SUCCESS) {
         op_put(op);
         return raise_error(o, NM_ERR_MPI, "the real MPI refused the matching zero-count call");
     }
@@ -299,7 +320,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     OpCtx x;
     BufRef b[2];
     int nb = op_ctx_init(o, cs, &x) ? op_row(o->kind).buffers(x, b) : -1;
-    if (nb < 0) {  // invalid arguments: the real MPI reports them, as without us
+    // the real MPI rejects an aliased send and receive buffer of these before touching the data
+    const bool aliased = (o->kind == NM_OPK_ALLREDUCE || o->kind == NM_OPK_REDUCE) && !x.inplace && o->sbuf == o->rbuf &&
+                         o->rcount > 0;
+    if (nb < 0 || aliased) {  // invalid arguments: the real MPI reports them, as without us
         nm_flush();
         return 0;
     }
@@ -334,6 +358,8 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
         if (d.route == NCCLMPI_ROUTE_NCCL) engine_flush_waitable(cs, UINT64_MAX);
         nm_flush();
     }
+    if (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree))
+        use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     switch (d.route) {
     case NCCLMPI_ROUTE_NCCL:
         *rc = run_nccl(o, x, cs, b, nb, c, d.act);

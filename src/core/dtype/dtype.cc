@@ -34,7 +34,10 @@ static bool dense(MPI_Datatype dt, int depth = 0)
 {
     int ni, na, nd, comb;
     if (depth > 32 || PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return false;
-    if (comb == MPI_COMBINER_NAMED) return true;
+    // predefined types, and the F90 parameterized ones (a predefined type of another precision)
+    if (comb == MPI_COMBINER_NAMED || comb == MPI_COMBINER_F90_REAL || comb == MPI_COMBINER_F90_COMPLEX ||
+        comb == MPI_COMBINER_F90_INTEGER)
+        return true;
     std::vector<int> ints(ni + 1);
     std::vector<MPI_Aint> aints(na + 1);
     std::vector<MPI_Datatype> types(nd + 1);
@@ -116,6 +119,15 @@ static MPI_Datatype homogeneous_basic(MPI_Datatype dt, int depth = 0)
     int ni, na, nd, comb;
     if (depth > 32 || PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return MPI_DATATYPE_NULL;
     if (comb == MPI_COMBINER_NAMED) return dt;
+    if (comb == MPI_COMBINER_F90_REAL || comb == MPI_COMBINER_F90_INTEGER || comb == MPI_COMBINER_F90_COMPLEX) {
+        // the predefined type of the same kind and size: what another rank may pass instead
+        int sz = 0;
+        PMPI_Type_size(dt, &sz);
+        if (comb == MPI_COMBINER_F90_REAL) return sz == 4 ? MPI_REAL4 : sz == 8 ? MPI_REAL8 : MPI_DATATYPE_NULL;
+        if (comb == MPI_COMBINER_F90_INTEGER)
+            return sz == 1 ? MPI_INTEGER1 : sz == 2 ? MPI_INTEGER2 : sz == 4 ? MPI_INTEGER4 : sz == 8 ? MPI_INTEGER8 : MPI_DATATYPE_NULL;
+        return sz == 8 ? MPI_COMPLEX8 : sz == 16 ? MPI_COMPLEX16 : MPI_DATATYPE_NULL;
+    }
     std::vector<int> ints(ni + 1);
     std::vector<MPI_Aint> aints(na + 1);
     std::vector<MPI_Datatype> types(nd + 1);

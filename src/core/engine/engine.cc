@@ -302,6 +302,7 @@ static nm_status_t flush_waitable_locked(CommState *cs, uint64_t seq, std::strin
         }
         launch_front(cs, m);
     }
+    rounds_reap(cs->rounds);
     return NM_OK;
 }
 
@@ -413,9 +414,17 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
         op_put(op);
         return st;
     }
+    if ((op->act & NM_ACT_CARRIER) && nccl_carrier(*op, true) != MPI_SUCCESS) {
+        *err = "the real MPI failed the matching zero-count call";
+        st = NM_ERR_MPI;
+    }
     bool warned = false;
     for (unsigned spin = 0;; spin++) {
-        if (op_poll(op, &st, err)) break;
+        nm_status_t pst;
+        if (op_poll(op, &pst, err)) {
+            if (st == NM_OK) st = pst;
+            break;
+        }
         if ((spin & 15) == 15) mpi_progress();
         if ((spin & 4095) == 4095) {
             double waited = nm_now_s() - op->t_launch;

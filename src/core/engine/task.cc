@@ -283,6 +283,28 @@ static void flush_for_wait(int n, const MPI_Request *reqs, bool all)
     engine_flush_all();
 }
 
+// Waiting inside an explicit group on one of its operations would never return (it starts at
+// ncclmpi_group_end): an error instead.
+static int open_group_error(int n, const MPI_Request *reqs, const char *call)
+{
+    if (engine_group_depth() == 0) return MPI_SUCCESS;
+    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    for (const Task *t : pending) {
+        Op *op = t->op();
+        if (!op || !op->explicit_group || op->launched) continue;
+        for (int i = 0; i < n; i++)
+            if (reqs[i] == t->greq()) {
+                char msg[MPI_MAX_ERROR_STRING];
+                snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s belongs to an open ncclmpi_group_begin/end group; it "
+                         "starts at ncclmpi_group_end", call, op->describe().c_str());
+                int code = nm_error_code(MPI_ERR_REQUEST, msg);
+                PMPI_Comm_call_errhandler(MPI_COMM_WORLD, code);
+                return code;
+            }
+    }
+    return MPI_SUCCESS;
+}
+
 // The blocking forms loop over their Test twin, progressing ncclmpi's tasks in between.
 template <class Test>
 static int wait_loop(Test test)
@@ -298,18 +320,22 @@ static int wait_loop(Test test)
 
 extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
 {
+    if (int e = open_group_error(1, req, "Wait")) return e;
     flush_for_wait(1, req, true);
     return wait_loop([&](int *d) { return PMPI_Test(req, d, status); });
 }
 
 extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
 {
+    if (int e = open_group_error(n, reqs, "Waitall")) return e;
     flush_for_wait(n, reqs, true);
     return wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, sts); });
 }
 
 extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st)
 {
+    if (int e = open_group_error(n, reqs, "Waitany")) return e;
+    if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
     return wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
 }

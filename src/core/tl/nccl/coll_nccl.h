@@ -40,6 +40,11 @@ nm_status_t op_post_stream(Op &op, CUstream s);
 void op_post_host(Op &op);
 // Release the op's scratch (on s) and bounce buffers.
 void op_release_resources(Op &op, CUstream s);
+// Kinds where a rank may have nothing to contribute (NM_KF_AMBIG): such a rank makes the real
+// MPI call with its zero counts. The ranks that run the data over NCCL make the same call with
+// zero counts, blocking for a blocking call (blocking and nonblocking collectives do not match),
+// so the real MPI sees the same collective on every rank. Nonblocking: the request is op.carrier.
+int nccl_carrier(Op &op, bool blocking);
 
 }  // namespace ncclmpi
 #endif

@@ -1,0 +1,217 @@
+/* engine_bench: what the execution engine costs and buys, on device buffers, in one job:
+ *   coalesce   K x MPI_Iallreduce of B bytes + one MPI_Waitall (automatic coalescing), the same
+ *              inside ncclmpi_group_begin/end, K blocking MPI_Allreduce, and raw NCCL: K
+ *              ncclAllReduce in one group + stream sync, and K separate launches + sync
+ *   single     one MPI_Iallreduce + MPI_Wait vs one ncclAllReduce + sync (8 B): the per-call
+ *              cost of the agreement round
+ *   churn      20 x (MPI_Comm_dup + MPI_Comm_free) of MPI_COMM_WORLD before and after device
+ *              use on it, and the first device collective on a fresh communicator (creation)
+ * Medians of -r repetitions. Run with one rank per GPU and libncclmpi preloaded:
+ *   mpirun -np 2 -x LD_PRELOAD=libncclmpi.so engine_bench [-k 64] [-s 4096] [-r 200] [-o out.csv]
+ */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CK(x)                                                                                 \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));       \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
+        }                                                                                     \
+    } while (0)
+#define NK(x)                                                                                 \
+    do {                                                                                      \
+        ncclResult_t r_ = (x);                                                                \
+        if (r_ != ncclSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, ncclGetErrorString(r_));       \
+            MPI_Abort(MPI_COMM_WORLD, 3);                                                     \
+        }                                                                                     \
+    } while (0)
+
+static int rank, size, K = 64, R = 200;
+static size_t bytes = 4096;
+static FILE *csv;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median over ranks-max of each repetition */
+static double median(double *t, int n)
+{
+    MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    qsort(t, n, sizeof(double), cmp);
+    return t[n / 2];
+}
+
+static void report(const char *what, double us, double ref)
+{
+    if (rank) return;
+    if (ref > 0) printf("%-44s %10.1f us   %5.2fx raw\n", what, us, us / ref);
+    else printf("%-44s %10.1f us\n", what, us);
+    if (csv) fprintf(csv, "%s,%d,%d,%zu,%.3f,%.4f\n", what, size, K, bytes, us, ref > 0 ? us / ref : 0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = NULL;
+    for (int i = 1; i < argc - 1; i++) {
+        if (!strcmp(argv[i], "-k")) K = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s")) bytes = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "-r")) R = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-o")) out = argv[++i];
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int ndev = 0;
+    CK(cudaGetDeviceCount(&ndev));
+    CK(cudaSetDevice(rank % ndev));
+    CK(cudaFree(0));
+    if (rank == 0 && out) {
+        csv = fopen(out, "w");
+        if (csv) fprintf(csv, "case,ranks,k,bytes,us,ratio_to_raw\n");
+    }
+    int (*gbegin)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
+    int (*gend)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_end");
+    size_t n = bytes / sizeof(float);
+    float **buf = malloc(K * sizeof(float *));
+    for (int k = 0; k < K; k++) {
+        CK(cudaMalloc((void **)&buf[k], bytes));
+        CK(cudaMemset(buf[k], 0, bytes));
+    }
+    float *one;
+    CK(cudaMalloc((void **)&one, 64));
+    CK(cudaMemset(one, 0, 64));
+    MPI_Request *req = malloc(K * sizeof(MPI_Request));
+    double *t = malloc(R * sizeof(double));
+
+    /* churn before any device use of MPI_COMM_WORLD */
+    double churn[2];
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (int rep = 0; rep < 5; rep++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now();
+            for (int i = 0; i < 20; i++) {
+                MPI_Comm c;
+                MPI_Comm_dup(MPI_COMM_WORLD, &c);
+                MPI_Comm_free(&c);
+            }
+            t[rep] = (now() - t0) * 1e6;
+        }
+        churn[phase] = median(t, 5);
+    }
+
+    /* raw NCCL on its own communicator */
+    ncclUniqueId id;
+    ncclComm_t nc;
+    cudaStream_t s;
+    if (rank == 0) NK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    NK(ncclCommInitRank(&nc, size, id, rank));
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    /* creation: the first device collective on a fresh communicator */
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
+    double create_ms = (now() - t0) * 1e3;
+    MPI_Allreduce(MPI_IN_PLACE, &create_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+
+    for (int mode = 0; mode < 6; mode++) {
+        for (int rep = -10; rep < R; rep++) {
+            MPI_Barrier(c);
+            double t1 = now();
+            switch (mode) {
+            case 0: /* raw NCCL, one group */
+                NK(ncclGroupStart());
+                for (int k = 0; k < K; k++) NK(ncclAllReduce(buf[k], buf[k], n, ncclFloat, ncclSum, nc, s));
+                NK(ncclGroupEnd());
+                CK(cudaStreamSynchronize(s));
+                break;
+            case 1: /* raw NCCL, separate launches */
+                for (int k = 0; k < K; k++) NK(ncclAllReduce(buf[k], buf[k], n, ncclFloat, ncclSum, nc, s));
+                CK(cudaStreamSynchronize(s));
+                break;
+            case 2: /* nonblocking + Waitall: automatic coalescing */
+                for (int k = 0; k < K; k++) MPI_Iallreduce(MPI_IN_PLACE, buf[k], (int)n, MPI_FLOAT, MPI_SUM, c, &req[k]);
+                MPI_Waitall(K, req, MPI_STATUSES_IGNORE);
+                break;
+            case 3: /* explicit group */
+                if (gbegin) gbegin();
+                for (int k = 0; k < K; k++) MPI_Iallreduce(MPI_IN_PLACE, buf[k], (int)n, MPI_FLOAT, MPI_SUM, c, &req[k]);
+                if (gend) gend();
+                MPI_Waitall(K, req, MPI_STATUSES_IGNORE);
+                break;
+            case 4: /* blocking */
+                for (int k = 0; k < K; k++) MPI_Allreduce(MPI_IN_PLACE, buf[k], (int)n, MPI_FLOAT, MPI_SUM, c);
+                break;
+            case 5: /* single nonblocking op of 8 bytes vs raw: in one timing, mpi then raw */
+                MPI_Iallreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c, &req[0]);
+                MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+                break;
+            }
+            if (rep >= 0) t[rep] = (now() - t1) * 1e6;
+        }
+        static double raw_group, raw_single;
+        double m = median(t, R);
+        char what[96];
+        switch (mode) {
+        case 0: raw_group = m; snprintf(what, sizeof(what), "raw NCCL: %d allreduce in one group", K); report(what, m, 0); break;
+        case 1: snprintf(what, sizeof(what), "raw NCCL: %d allreduce, separate launches", K); report(what, m, raw_group); break;
+        case 2: snprintf(what, sizeof(what), "MPI_Iallreduce x%d + MPI_Waitall", K); report(what, m, raw_group); break;
+        case 3: snprintf(what, sizeof(what), "ncclmpi_group_begin/end, x%d + Waitall", K); report(what, m, gbegin ? raw_group : 0); break;
+        case 4: snprintf(what, sizeof(what), "MPI_Allreduce x%d (blocking)", K); report(what, m, raw_group); break;
+        case 5:
+            for (int rep = -10; rep < R; rep++) {
+                MPI_Barrier(c);
+                double t1 = now();
+                NK(ncclAllReduce(one, one, 2, ncclFloat, ncclSum, nc, s));
+                CK(cudaStreamSynchronize(s));
+                if (rep >= 0) t[rep] = (now() - t1) * 1e6;
+            }
+            raw_single = median(t, R);
+            report("raw NCCL: one 8 B allreduce + sync", raw_single, 0);
+            report("MPI_Iallreduce 8 B + MPI_Wait", m, raw_single);
+            for (int rep = -10; rep < R; rep++) {
+                MPI_Barrier(c);
+                double t1 = now();
+                MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
+                if (rep >= 0) t[rep] = (now() - t1) * 1e6;
+            }
+            report("MPI_Allreduce 8 B (blocking)", median(t, R), raw_single);
+            break;
+        }
+    }
+    report("20 x Comm_dup+free, before device use", churn[0], 0);
+    report("20 x Comm_dup+free, after device use", churn[1], 0);
+    if (rank == 0) printf("%-44s %10.2f (target <= 2)\n", "churn ratio after/before", churn[1] / churn[0]);
+    if (rank == 0 && csv) fprintf(csv, "churn ratio,%d,20,0,%.3f,%.4f\n", size, churn[1] / churn[0], churn[1] / churn[0]);
+    report("first device collective on a fresh comm (ms)", create_ms, 0);
+
+    MPI_Comm_free(&c);
+    ncclCommDestroy(nc);
+    if (csv) fclose(csv);
+    MPI_Finalize();
+    return 0;
+}
