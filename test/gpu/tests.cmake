@@ -30,3 +30,53 @@ set_tests_properties(gpu_misc_np3_agree PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP
 add_test(gpu_misc_np2_eager ${GRUN} 2 "${B}/test/gpu/gpu_misc")
 set_tests_properties(gpu_misc_np2_eager PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_EAGER=1")
+
+# gpu_hazard: adversarial scenarios, one per test (test/gpu/gpu_hazard.c), at 2 and 3 ranks (3 on a
+# 2-GPU machine shares a GPU, so the staged path runs).
+set(NM_HAZARD "${B}/test/gpu/gpu_hazard")
+set(NM_HAZARD_SCENARIOS layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
+    empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing
+    comm_free_outstanding dup_churn progress coalesce_triggers explicit_group fault fuzz)
+foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
+  foreach(np 2 3)
+    add_test(gpu_hazard_${sc}_np${np} ${GRUN} ${np} "${NM_HAZARD}" ${sc})
+    set_tests_properties(gpu_hazard_${sc}_np${np} PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
+foreach(np 2 3)
+  # host and device buffers in one collective
+  set_tests_properties(gpu_hazard_uint8_sum_np${np} gpu_hazard_agree_mixed_np${np} PROPERTIES
+                       ENVIRONMENT "NCCLMPI_AGREE=1")
+  # the 20th NCCL launch on world rank 0 fails; the other ranks time out after 10 s
+  set_tests_properties(gpu_hazard_fault_np${np} PROPERTIES ENVIRONMENT "NCCLMPI_FAULT=0:20;NCCLMPI_TIMEOUT=10")
+  # Open MPI 4.1.4's op/avx adds 8-bit integers with saturation (MPI_SUM of 100 MPI_UNSIGNED_CHAR
+  # gives 0xff): the same scenario without that component, to tell its bug from ncclmpi's
+  add_test(gpu_hazard_uint8_sum_np${np}_noavx ${GRUN} ${np} "${NM_HAZARD}" uint8_sum)
+  set_tests_properties(gpu_hazard_uint8_sum_np${np}_noavx PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NCCLMPI_AGREE=1;OMPI_MCA_op=^avx")
+endforeach()
+# host messages over TCP while a device collective waits. run_mpi.sh exports OMPI_MCA_pml and
+# OMPI_MCA_btl itself, over these ENVIRONMENT values, so the same settings also go on the mpirun
+# command line (gpu_run.sh passes its arguments through in order; --mca beats the environment).
+add_test(gpu_hazard_progress_np2_tcp ${GRUN} 2 --mca pml ob1 --mca btl tcp,self "${NM_HAZARD}" progress)
+set_tests_properties(gpu_hazard_progress_np2_tcp PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMPI_MCA_pml=ob1;OMPI_MCA_btl=tcp,self")
+# rank 1 is killed; the survivors must get an error within 15 s (NCCLMPI_TIMEOUT=5)
+add_test(gpu_hazard_kill_np3 sh "${S}/test/gpu/gpu_hazard_kill.sh" "${B}" 3)
+set_tests_properties(gpu_hazard_kill_np3 PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77)
+
+# The same scenarios on malloc buffers (--host), through ncclmpi's host path (label mpi): checks the
+# scenarios themselves against plain MPI semantics on machines without a GPU. fault and kill are
+# device only. uint8_sum runs without Open MPI 4.1.4's saturating op/avx component (see above).
+foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
+  if(NOT sc STREQUAL "fault")
+    foreach(np 2 3)
+      add_test(mpi_hazard_${sc}_np${np}_host "${RUN}" ${np} preload "${NM_HAZARD}" --host ${sc})
+      set_tests_properties(mpi_hazard_${sc}_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
+    endforeach()
+  endif()
+endforeach()
+set_tests_properties(mpi_hazard_uint8_sum_np2_host mpi_hazard_uint8_sum_np3_host PROPERTIES
+                     ENVIRONMENT "OMPI_MCA_op=^avx")
+add_test(mpi_hazard_progress_np2_host_tcp "${RUN}" 2 preload --mca pml ob1 --mca btl tcp,self "${NM_HAZARD}" --host progress)
+set_tests_properties(mpi_hazard_progress_np2_host_tcp PROPERTIES LABELS "mpi" TIMEOUT 120)
