@@ -1,5 +1,9 @@
-/* agree_cost: what NCCLMPI_AGREE=1 adds to a blocking collective: one host allreduce of one int
- * (MIN) over the communicator. Median of 15 batches of 2000. No GPU needed.
+/* agree_cost: the host-side agreements ncclmpi makes, over a duplicate of MPI_COMM_WORLD. Median of
+ * 15 batches of 2000. No GPU needed.
+ *   vote   NCCLMPI_AGREE=1: one MPI_Allreduce of one int (MIN) per blocking collective
+ *   round  coalescing: one MPI_Iallreduce of one int (MIN) per group of nonblocking device
+ *          collectives; "issue" is what a call pays when it does not wait for the result
+ *          (proposal 1), "wait" when it does
  *   mpirun -np 4 agree_cost */
 #include <mpi.h>
 #include <stdio.h>
@@ -11,22 +15,46 @@ static int cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+enum { VOTE, ROUND_WAIT, ROUND_ISSUE, NCASE };
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank, size, x = 1, y;
+    int rank, size, x = 1, y[2000];
+    MPI_Comm c;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    double t[15];
-    for (int i = 0; i < 1000; i++) PMPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    for (int b = 0; b < 15; b++) {
-        PMPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < 2000; i++) PMPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        t[b] = (MPI_Wtime() - t0) / 2000 * 1e6;
+    PMPI_Comm_dup(MPI_COMM_WORLD, &c);
+    static MPI_Request req[2000];
+    double med[NCASE];
+    for (int k = 0; k < NCASE; k++) {
+        double t[15];
+        for (int b = -1; b < 15; b++) {
+            PMPI_Barrier(c);
+            double t0 = MPI_Wtime();
+            for (int i = 0; i < 2000; i++) {
+                if (k == VOTE) PMPI_Allreduce(&x, &y[0], 1, MPI_INT, MPI_MIN, c);
+                else if (k == ROUND_WAIT) {
+                    PMPI_Iallreduce(&x, &y[0], 1, MPI_INT, MPI_MIN, c, &req[0]);
+                    PMPI_Wait(&req[0], MPI_STATUS_IGNORE);
+                } else {
+                    PMPI_Iallreduce(&x, &y[i], 1, MPI_INT, MPI_MIN, c, &req[i]);
+                }
+            }
+            if (k == ROUND_ISSUE) {  /* issue only: the completions are timed apart */
+                double t1 = MPI_Wtime();
+                PMPI_Waitall(2000, req, MPI_STATUSES_IGNORE);
+                t0 += MPI_Wtime() - t1;
+            }
+            if (b >= 0) t[b] = (MPI_Wtime() - t0) / 2000 * 1e6;
+        }
+        qsort(t, 15, sizeof(double), cmp);
+        med[k] = t[7];
     }
-    qsort(t, 15, sizeof(double), cmp);
-    if (rank == 0) printf("agree_cost: %d ranks: one host MPI_Allreduce(1 int, MIN) = %.2f us (median)\n", size, t[7]);
+    if (rank == 0)
+        printf("agree_cost: %d ranks: vote (MPI_Allreduce 1 int) %.2f us; round (MPI_Iallreduce 1 int) + wait %.2f us, "
+               "issue only %.2f us (medians)\n", size, med[VOTE], med[ROUND_WAIT], med[ROUND_ISSUE]);
+    PMPI_Comm_free(&c);
     MPI_Finalize();
     return 0;
 }
