@@ -1,0 +1,28 @@
+# Host-buffer suites with the CUDA toolkit's stub driver preloaded (label mpi): ncclmpi then
+# believes a driver is present, so every call runs its full slow path (classification, routing,
+# flush points, communicator states) on machines without a GPU; with NCCLMPI_AGREE=1 every
+# collective also votes. And a few programs under valgrind memcheck (test/mpi/valgrind.sh).
+if(EXISTS "${STUB_DRIVER}")
+  foreach(prog coll_blocking coll_nonblocking p2p completion errors comm)
+    foreach(agree 0 1)
+      add_test(mpi_${prog}_np3_stubdriver_agree${agree} "${RUN}" 3 preload "${B}/test/mpi/${prog}" --ncclmpi=require)
+      set_tests_properties(mpi_${prog}_np3_stubdriver_agree${agree} PROPERTIES LABELS "mpi" TIMEOUT 180
+                           ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_AGREE=${agree}")
+    endforeach()
+  endforeach()
+  foreach(sc threads coalesce_triggers explicit_group first_nb_crossing empty_gatherv_first)
+    add_test(mpi_hazard_${sc}_np3_stubdriver "${RUN}" 3 preload "${B}/test/gpu/gpu_hazard" --host ${sc})
+    set_tests_properties(mpi_hazard_${sc}_np3_stubdriver PROPERTIES LABELS "mpi" TIMEOUT 180
+                         ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER}")
+  endforeach()
+  foreach(prog coll_blocking coll_nonblocking completion p2p comm errors)
+    add_test(mpi_${prog}_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/mpi/${prog}")
+    set_tests_properties(mpi_${prog}_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
+  endforeach()
+  foreach(sc threads coalesce_triggers empty_alltoallv_first)
+    add_test(mpi_hazard_${sc}_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_hazard" --host ${sc})
+    set_tests_properties(mpi_hazard_${sc}_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
+  endforeach()
+endif()
