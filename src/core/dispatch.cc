@@ -3,7 +3,9 @@
 // through the engine (NCCL), stage it, or hand it back to the wrapper for the real MPI. Each call
 // is traced here and nowhere else.
 #include "nm_build.h"
+#include <dlfcn.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mutex>
@@ -389,6 +391,20 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     default:
         return 0;
     }
+}
+
+// Linked after the MPI library (-lmpi -lncclmpi), or dlopen'ed without RTLD_GLOBAL ahead of it,
+// the layer is loaded but never called: say so once, at load.
+__attribute__((constructor)) static void nm_check_link_order()
+{
+    void *sym = dlsym(RTLD_DEFAULT, "MPI_Init");
+    Dl_info info, self;
+    if (!sym || nm_cfg.DISABLE || !dladdr(sym, &info) || !dladdr((void *)&nm_check_link_order, &self) ||
+        info.dli_fbase == self.dli_fbase)
+        return;
+    const char *where = info.dli_fname ? info.dli_fname : "another library";
+    fprintf(stderr, "[ncclmpi] WARN: libncclmpi is loaded, but MPI calls resolve to %s and bypass it: link "
+            "-lncclmpi before the MPI library, or preload it (LD_PRELOAD, ncclmpi_exec)\n", where);
 }
 
 extern "C" int nm_leave_slow(nm_op_t *o, int rc)
