@@ -9,11 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
+
 
 enum { VOTE, ROUND_WAIT, ROUND_ISSUE, NCASE };
 
@@ -48,7 +45,7 @@ int main(int argc, char **argv)
             }
             if (b >= 0) t[b] = (MPI_Wtime() - t0) / 2000 * 1e6;
         }
-        qsort(t, 15, sizeof(double), cmp);
+        qsort(t, 15, sizeof(double), bench_cmp_double);
         med[k] = t[7];
     }
     if (rank == 0)

@@ -11,18 +11,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+#include "bench_util.h"
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+
 
 int main(int argc, char **argv)
 {
@@ -38,18 +29,18 @@ int main(int argc, char **argv)
     int x = 1, y = 0;
     double t[7];
     for (int rep = 0; rep < 7; rep++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (long i = 0; i < n; i++) MPI_Send(&x, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_SELF);
-        t[rep] = (now() - t0) / n * 1e9;
+        t[rep] = (bench_now() - t0) / n * 1e9;
     }
-    qsort(t, 7, sizeof(double), cmp);
+    qsort(t, 7, sizeof(double), bench_cmp_double);
     double send_ns = t[3];
     for (int rep = 0; rep < 7; rep++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (long i = 0; i < n / 10; i++) MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
-        t[rep] = (now() - t0) / (n / 10) * 1e9;
+        t[rep] = (bench_now() - t0) / (n / 10) * 1e9;
     }
-    qsort(t, 7, sizeof(double), cmp);
+    qsort(t, 7, sizeof(double), bench_cmp_double);
     printf("classify_cost: host buffers, CUDA initialised: MPI_Send(PROC_NULL) %.1f ns/call, "
            "MPI_Allreduce(1 int, COMM_SELF) %.1f ns/call (median of 7)\n", send_ns, t[3]);
     /* the floor: one driver pointer query, host and device pointers */
@@ -66,11 +57,11 @@ int main(int argc, char **argv)
         for (int w = 0; w < 2; w++)
             for (int na = 1; na <= 3; na += 2) {
                 for (int rep = 0; rep < 7; rep++) {
-                    double t0 = now();
+                    double t0 = bench_now();
                     for (long i = 0; i < n; i++) pga(na, at, vals, (CUdeviceptr)ptrs[w]);
-                    t[rep] = (now() - t0) / n * 1e9;
+                    t[rep] = (bench_now() - t0) / n * 1e9;
                 }
-                qsort(t, 7, sizeof(double), cmp);
+                qsort(t, 7, sizeof(double), bench_cmp_double);
                 printf("classify_cost: cuPointerGetAttributes(%d attribute%s, %s pointer): %.1f ns\n", na, na > 1 ? "s" : "",
                        w ? "device" : "host", t[3]);
             }
@@ -85,11 +76,11 @@ int main(int argc, char **argv)
         void *vp[1] = {val};
         for (size_t c = 0; c < sizeof(cand) / sizeof(cand[0]); c++) {
             for (int rep = 0; rep < 7; rep++) {
-                double t0 = now();
+                double t0 = bench_now();
                 for (long i = 0; i < n / 4; i++) pga(1, &cand[c].a, vp, (CUdeviceptr)&x);
-                t[rep] = (now() - t0) / (n / 4) * 1e9;
+                t[rep] = (bench_now() - t0) / (n / 4) * 1e9;
             }
-            qsort(t, 7, sizeof(double), cmp);
+            qsort(t, 7, sizeof(double), bench_cmp_double);
             printf("classify_cost: host pointer, attribute %-16s %.1f ns\n", cand[c].name, t[3]);
         }
     }

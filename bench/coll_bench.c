@@ -17,22 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CUDACHECK(x)                                                                          \
-    do {                                                                                      \
-        cudaError_t e_ = (x);                                                                 \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));       \
-            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
-        }                                                                                     \
-    } while (0)
-#define NCCLCHECK(x)                                                                          \
-    do {                                                                                      \
-        ncclResult_t r_ = (x);                                                                \
-        if (r_ != ncclSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, ncclGetErrorString(r_));       \
-            MPI_Abort(MPI_COMM_WORLD, 3);                                                     \
-        }                                                                                     \
-    } while (0)
+#include "bench_util.h"
 
 enum { AR, BC, AG, RS, A2A, NCOLL };
 static const char *const names[NCOLL] = {"allreduce", "bcast", "allgather", "reduce_scatter", "alltoall"};
@@ -41,12 +26,6 @@ static ncclComm_t nc;
 static cudaStream_t stream;
 static float *dsend, *drecv, *hsend, *hrecv;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 /* bytes: the "size" of the operation as nccl-tests counts it (allreduce/bcast: buffer;
  * allgather: receive buffer; reduce_scatter: send buffer; alltoall: send buffer) */
@@ -117,11 +96,6 @@ static void run_staged(int c, size_t n)
     else CUDACHECK(cudaMemcpy(drecv, hrecv, rb, cudaMemcpyHostToDevice));
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* median over `iters` timed iterations (after warm-up); every rank times, rank max is taken */
 static double time_it(void (*fn)(int, size_t), int c, size_t n, int iters)
@@ -130,11 +104,11 @@ static double time_it(void (*fn)(int, size_t), int c, size_t n, int iters)
     for (int i = 0; i < 3; i++) fn(c, n);
     for (int i = 0; i < iters; i++) {
         PMPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now();
+        double t0 = bench_now();
         fn(c, n);
-        t[i] = now() - t0;
+        t[i] = bench_now() - t0;
     }
-    qsort(t, iters, sizeof(double), cmp_double);
+    qsort(t, iters, sizeof(double), bench_cmp_double);
     double med = t[iters / 2], mx;
     free(t);
     PMPI_Allreduce(&med, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

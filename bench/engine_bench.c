@@ -19,45 +19,22 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                                                 \
-    do {                                                                                      \
-        cudaError_t e_ = (x);                                                                 \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));       \
-            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
-        }                                                                                     \
-    } while (0)
-#define NK(x)                                                                                 \
-    do {                                                                                      \
-        ncclResult_t r_ = (x);                                                                \
-        if (r_ != ncclSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, ncclGetErrorString(r_));       \
-            MPI_Abort(MPI_COMM_WORLD, 3);                                                     \
-        }                                                                                     \
-    } while (0)
+#include "bench_util.h"
+
+#define CK CUDACHECK
+#define NK NCCLCHECK
 
 static int rank, size, K = 64, R = 200;
 static size_t bytes = 4096;
 static FILE *csv;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* median over ranks-max of each repetition */
 static double median(double *t, int n)
 {
     MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    qsort(t, n, sizeof(double), cmp);
+    qsort(t, n, sizeof(double), bench_cmp_double);
     return t[n / 2];
 }
 
@@ -109,13 +86,13 @@ int main(int argc, char **argv)
         if (phase == 1) MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         for (int rep = 0; rep < 5; rep++) {
             MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = now();
+            double t0 = bench_now();
             for (int i = 0; i < 20; i++) {
                 MPI_Comm c;
                 MPI_Comm_dup(MPI_COMM_WORLD, &c);
                 MPI_Comm_free(&c);
             }
-            t[rep] = (now() - t0) * 1e6;
+            t[rep] = (bench_now() - t0) * 1e6;
         }
         churn[phase] = median(t, 5);
     }
@@ -133,15 +110,15 @@ int main(int argc, char **argv)
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     /* creation: the first device collective on a fresh communicator */
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
+    double t0 = bench_now();
     MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
-    double create_ms = (now() - t0) * 1e3;
+    double create_ms = (bench_now() - t0) * 1e3;
     MPI_Allreduce(MPI_IN_PLACE, &create_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
     for (int mode = 0; mode < 6; mode++) {
         for (int rep = -10; rep < R; rep++) {
             MPI_Barrier(c);
-            double t1 = now();
+            double t1 = bench_now();
             switch (mode) {
             case 0: /* raw NCCL, one group */
                 NK(ncclGroupStart());
@@ -171,7 +148,7 @@ int main(int argc, char **argv)
                 MPI_Wait(&req[0], MPI_STATUS_IGNORE);
                 break;
             }
-            if (rep >= 0) t[rep] = (now() - t1) * 1e6;
+            if (rep >= 0) t[rep] = (bench_now() - t1) * 1e6;
         }
         static double raw_group, raw_single;
         double m = median(t, R);
@@ -185,19 +162,19 @@ int main(int argc, char **argv)
         case 5:
             for (int rep = -10; rep < R; rep++) {
                 MPI_Barrier(c);
-                double t1 = now();
+                double t1 = bench_now();
                 NK(ncclAllReduce(one, one, 2, ncclFloat, ncclSum, nc, s));
                 CK(cudaStreamSynchronize(s));
-                if (rep >= 0) t[rep] = (now() - t1) * 1e6;
+                if (rep >= 0) t[rep] = (bench_now() - t1) * 1e6;
             }
             raw_single = median(t, R);
             report("raw NCCL: one 8 B allreduce + sync", raw_single, 0);
             report("MPI_Iallreduce 8 B + MPI_Wait", m, raw_single);
             for (int rep = -10; rep < R; rep++) {
                 MPI_Barrier(c);
-                double t1 = now();
+                double t1 = bench_now();
                 MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
-                if (rep >= 0) t[rep] = (now() - t1) * 1e6;
+                if (rep >= 0) t[rep] = (bench_now() - t1) * 1e6;
             }
             report("MPI_Allreduce 8 B (blocking)", median(t, R), raw_single);
             break;

@@ -1,0 +1,39 @@
+/* Helpers shared by the benchmark programs: checked CUDA/NCCL calls (abort the job with the
+ * failing call and location), a monotonic clock, and a comparison for qsort of doubles. Each
+ * helper is used only where its library is included. */
+#ifndef NM_BENCH_UTIL_H
+#define NM_BENCH_UTIL_H
+#include <mpi.h>
+#include <stdio.h>
+#include <time.h>
+
+#define CUDACHECK(x)                                                                          \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
+        }                                                                                     \
+    } while (0)
+#define NCCLCHECK(x)                                                                          \
+    do {                                                                                      \
+        ncclResult_t r_ = (x);                                                                \
+        if (r_ != ncclSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
+            MPI_Abort(MPI_COMM_WORLD, 3);                                                     \
+        }                                                                                     \
+    } while (0)
+
+static inline double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+#endif
