@@ -37,6 +37,12 @@ struct DepthGuard {
 };
 
 static bool initialized, finalized;
+}  // namespace ncclmpi
+// Communicators marked PENDING: while any is, Fortran collectives take the C path too (a
+// blocking collective on one creates its NCCL communicator, on every rank).
+extern "C" int nm_pending_comms;
+int nm_pending_comms;
+namespace ncclmpi {
 static bool managed_as_host;  // NCCLMPI_MANAGED=host
 static std::mutex init_mu;
 
@@ -115,9 +121,9 @@ static int self_delete_fn(MPI_Comm, int, void *, void *)
 static void check_settings_agree()
 {
     char text[512];
-    snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu MANAGED=%s",
-             nm_cfg.DISABLE, nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
-             nm_cfg.MANAGED);
+    snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
+             "MANAGED=%s EAGER=%d SPLIT=%d", nm_cfg.DISABLE, nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE,
+             nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK, nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT);
     unsigned long long h = 1469598103934665603ull;
     for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
@@ -322,9 +328,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     OpCtx x;
     BufRef b[2];
     int nb = op_ctx_init(o, cs, &x) ? op_row(o->kind).buffers(x, b) : -1;
-    // the real MPI rejects an aliased send and receive buffer of these before touching the data
-    const bool aliased = (o->kind == NM_OPK_ALLREDUCE || o->kind == NM_OPK_REDUCE) && !x.inplace && o->sbuf == o->rbuf &&
-                         o->rcount > 0;
+    // where the real MPI rejects an aliased send and receive buffer before touching the data
+    // (Open MPI 4.1: Allreduce of more than one element, Reduce at the root), it reports it
+    const bool aliased = !x.inplace && o->sbuf == o->rbuf && o->sbuf != MPI_BOTTOM &&
+                         ((o->kind == NM_OPK_ALLREDUCE && o->rcount > 1) || (o->kind == NM_OPK_REDUCE && x.root && o->rcount > 0));
     if (nb < 0 || aliased) {  // invalid arguments: the real MPI reports them, as without us
         nm_flush();
         return 0;
@@ -340,7 +347,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     if (d.act & NM_ACT_PENDING) {
         int expect = NM_CAP_UNKNOWN;
         cs->pending_device = c.device;
-        cs->cap.compare_exchange_strong(expect, NM_CAP_PENDING);
+        if (cs->cap.compare_exchange_strong(expect, NM_CAP_PENDING)) __atomic_add_fetch(&nm_pending_comms, 1, __ATOMIC_RELAXED);
     }
     if (d.act & NM_ACT_CREATE) {  // a blocking collective: every rank of the communicator is here
         nm_flush();
@@ -356,7 +363,8 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
              nm_why_str(d.why));
     NM_COUNT_ROUTE(o->fn, d.route);
     // a flush point: everything but a nonblocking NCCL call, which queues behind what is queued
-    if (d.route != NCCLMPI_ROUTE_NCCL || !(o->flags & NM_OPF_NB)) {
+    // (one with a carrier flushes, as its ranks without data do on their host route)
+    if (d.route != NCCLMPI_ROUTE_NCCL || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
         if (d.route == NCCLMPI_ROUTE_NCCL) engine_flush_waitable(cs, UINT64_MAX);
         nm_flush();
     }
@@ -465,7 +473,8 @@ extern "C" void nm_before_finalize(void)
 
 extern "C" void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm)
 {
-    if (depth || nm_cfg.DISABLE || !cuda_attached() || !initialized || finalized) return;
+    // no CUDA check: NCCLMPI_EAGER's creation is collective, every rank takes part
+    if (depth || nm_cfg.DISABLE || !nm_cfg.EAGER || !initialized || finalized) return;
     DepthGuard dg;
     comm_state_created(parent, newcomm);
 }

@@ -16,6 +16,8 @@
 #include "util/config.h"
 #include "util/log.h"
 
+extern "C" int nm_pending_comms;
+
 namespace ncclmpi {
 
 static std::mutex states_mu;                  // the registry below, never held across MPI calls
@@ -137,6 +139,7 @@ void comm_create(CommState *cs, int device)
 {
     int cap = cs->getcap();
     if (cap != NM_CAP_UNKNOWN && cap != NM_CAP_PENDING) return;
+    if (cap == NM_CAP_PENDING) __atomic_sub_fetch(&nm_pending_comms, 1, __ATOMIC_RELAXED);  // it leaves PENDING now
     if (device < 0) device = cs->pending_device;
     double t0 = nm_now_s();
     std::unique_ptr<ProcessGroup> pg(new ProcessGroup(cs->id, device, cs->rank, cs->size));
@@ -216,16 +219,16 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
     std::unique_ptr<ProcessGroup> pg;
     int ok = 1, all_ok = 0;
     ProcessGroup *ppg = ps->pg.get();
-    if (cs && !cs->inter) {
-        pg.reset(new ProcessGroup(cs->id, ppg->device(), cs->rank, cs->size));
-        std::string why;
-        ok = pg->prepare(&why) && pg->init_split(*ppg, color, key) == NM_OK;
-    } else {
+    std::string why;
+    if (cs && !cs->inter) pg.reset(new ProcessGroup(cs->id, ppg->device(), cs->rank, cs->size));
+    if (pg && pg->prepare(&why)) {
+        ok = pg->init_split(*ppg, color, key) == NM_OK;
+    } else {  // not in the child, or not ready: still in the parent's collective split
         ncclComm_t none = nullptr;
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.splitShare = 1;
         DeviceGuard dg(ppg->ctx());
-        ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess;
+        ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess && !pg;
     }
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, parent);
     if (!cs || cs->inter) return all_ok != 0;

@@ -43,6 +43,8 @@ struct CommState {
     std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order
     uint64_t seq = 0;             // NCCL operations issued on this communicator
     std::vector<Round *> rounds;  // rounds whose result is known in advance, still in flight
+    // set by a flush that found mu held by another thread: the holder flushes before unlocking
+    std::atomic<bool> flush_req{false};
 
     std::atomic<int> refs{1};  // 1 while the MPI communicator lives, +1 per operation in flight
     bool freed = false;

@@ -80,6 +80,7 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
 
 void ProcessGroup::fail(const std::string &why)
 {
+    std::lock_guard<std::recursive_mutex> use(use_mu_);
     State s = State::READY;
     if (!state_.compare_exchange_strong(s, State::FAILED)) return;  // already failed (or never ready)
     {
@@ -102,6 +103,9 @@ std::string ProcessGroup::fail_reason() const
 
 nm_status_t ProcessGroup::check_async()
 {
+    if (failed()) return NM_ERR_NCCL;
+    std::unique_lock<std::recursive_mutex> use(use_mu_, std::try_to_lock);
+    if (!use.owns_lock()) return NM_OK;  // a launch is using it: poll next time
     if (failed()) return NM_ERR_NCCL;
     ncclResult_t ae = ncclSuccess;
     ncclComm_t c = nccl_;

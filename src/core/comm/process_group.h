@@ -47,10 +47,13 @@ class ProcessGroup {
     nm_status_t init_split(ProcessGroup &parent, int color, int key);
 
     // Abort the NCCL communicator and keep the reason; later operations fail at once.
-    // Idempotent and thread-safe.
+    // Idempotent and thread-safe: waits for a launch in progress on another thread (use_mu()).
     void fail(const std::string &why);
-    // Poll NCCL's asynchronous error; on an error, fail() and return it.
+    // Poll NCCL's asynchronous error; on an error, fail() and return it. Skips the poll while
+    // another thread uses the NCCL communicator.
     nm_status_t check_async();
+    // Held around every use of nccl_comm() (launches, polls, the abort): the abort frees it.
+    std::recursive_mutex &use_mu() { return use_mu_; }
     bool failed() const { return state_.load(std::memory_order_acquire) == State::FAILED; }
     std::string fail_reason() const;
     // Destroy (or abort, after a failure) the NCCL communicator and the local resources.
@@ -81,6 +84,7 @@ class ProcessGroup {
     CUstream stream_ = nullptr;
     ncclComm_t nccl_ = nullptr;
     mutable std::mutex mu_;  // fail reason, event pool
+    std::recursive_mutex use_mu_;
     std::string fail_reason_;
     std::vector<CUevent> events_;
     std::vector<CUevent> all_events_;

@@ -39,25 +39,39 @@ Op *op_get()
     return new Op;
 }
 
+void Op::reset()
+{
+    o = nm_op_t{};
+    rank = 0;
+    size = n = 1;
+    root = inplace = false;
+    sd = rd = DtypeInfo{};
+    has_sd = has_rd = false;
+    sdup = rdup = MPI_DATATYPE_NULL;
+    skind = rkind = NM_MEM_DEVICE;
+    act = 0;
+    cs = nullptr;
+    seq = 0;
+    order_ev = nullptr;
+    task = nullptr;
+    explicit_group = false;
+    t_launch = 0;
+    post_first.clear();
+    post.clear();
+    layouts.clear();
+    zeros.clear();
+    scratch.clear();
+    bounce.clear();
+    carrier = MPI_REQUEST_NULL;
+    done = nullptr;
+    launched.store(false, std::memory_order_relaxed);
+}
+
 void op_put(Op *op)
 {
     if (op->sdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->sdup);
     if (op->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->rdup);
-    // keep the vectors' capacity: the next op reuses it
-    op->post_first.clear();
-    op->post.clear();
-    op->layouts.clear();
-    op->scratch.clear();
-    op->bounce.clear();
-    op->zeros.clear();
-    Op fresh;
-    std::swap(fresh.post_first, op->post_first);
-    std::swap(fresh.post, op->post);
-    std::swap(fresh.layouts, op->layouts);
-    std::swap(fresh.scratch, op->scratch);
-    std::swap(fresh.bounce, op->bounce);
-    std::swap(fresh.zeros, op->zeros);
-    *op = std::move(fresh);
+    op->reset();
     std::lock_guard<std::mutex> g(pool_mu);
     op_pool.push_back(op);
 }
@@ -121,12 +135,29 @@ static CUstream pick_stream(ProcessGroup *pg, bool blocking)
     return pg->stream();
 }
 
+// A launch that failed on this rank after its NCCL group opened: the peers may have launched
+// all of it, so this rank is out of step with them on this NCCL communicator for good. Abort it
+// (the communicator fails here, and on the peers by their own timeouts), then let the stream's
+// queued copies finish before their buffers go back to the pools.
+static void launch_failed(CommState *cs, ProcessGroup *pg, Op *const *ops, int n, CUstream s, const std::string &err)
+{
+    pg->fail(err + " at " + ops[0]->describe());
+    cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+    cu.cuStreamSynchronize(s);
+    for (int i = 0; i < n; i++) op_release_resources(*ops[i], s);
+}
+
 // Launch ops (all of one communicator, cs->mu held) as one NCCL group on stream s.
 static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std::string *err)
 {
     ProcessGroup *pg = cs->pg.get();
-    if (!pg || pg->failed()) {
-        *err = pg ? pg->fail_reason() : "no NCCL communicator";
+    if (!pg) {
+        *err = "no NCCL communicator";
+        return NM_ERR_NCCL;
+    }
+    std::lock_guard<std::recursive_mutex> use(pg->use_mu());  // the abort waits for this launch
+    if (pg->failed()) {
+        *err = pg->fail_reason();
         return NM_ERR_NCCL;
     }
     DeviceGuard g(pg->ctx());
@@ -144,6 +175,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     if (fault_now()) {
         *err = "NCCLMPI_FAULT: injected NCCL failure";
         pg->fail(*err + " at " + ops[0]->describe());
+        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
         return NM_ERR_NCCL;
     }
     nm_status_t st = NM_OK;
@@ -152,25 +184,35 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         NcclCall c(*ops[i], *pg, s);
         st = op_row(ops[i]->o.kind).nccl(c);
         if (st == NM_OK) st = c.st;
+        if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
     }
     ncclResult_t ge = nccl.ncclGroupEnd();
     if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
         *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg->nccl_comm()) + ")";
-        pg->fail(*err + " at " + ops[0]->describe());
         st = NM_ERR_NCCL;
     }
     for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
+    Completion *d = nullptr;
+    if (st == NM_OK) {
+        d = new Completion;
+        d->pg = pg;
+        d->refs = n;
+        d->ev = pg->event_get();
+        if (!d->ev || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS) {
+            *err = "cannot record the completion event";
+            st = NM_ERR_CUDA;
+            pg->event_put(d->ev);
+            delete d;
+        }
+    }
     if (st != NM_OK) {
         if (err->empty()) *err = std::string("launch failed: ") + nm_status_str(st);
-        for (int i = 0; i < n; i++) op_release_resources(*ops[i], s);
+        launch_failed(cs, pg, ops, n, s, *err);
         return st;
     }
-    Completion *d = new Completion;
-    d->pg = pg;
-    d->refs = n;
-    d->ev = pg->event_get();
-    NM_CU_CHECK(cu.cuEventRecord(d->ev, s), st = NM_ERR_CUDA);
     double now = nm_now_s();
+    NM_TRACE(COLL, "%s: launching a group of %d (first %s)", cs->describe().c_str(), n, ops[0]->describe().c_str());
+    pg->inflight.fetch_add(n, std::memory_order_relaxed);
     for (int i = 0; i < n; i++) {
         Op *op = ops[i];
         for (CUdeviceptr p : op->scratch) cu.cuMemFreeAsync(p, s);  // stream-ordered: after its users
@@ -180,11 +222,9 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
             op->order_ev = nullptr;
         }
         op->done = d;
-        op->launched = true;
         op->t_launch = now;
+        op->launched.store(true, std::memory_order_release);  // last: pollers may take it from here
     }
-    pg->inflight.fetch_add(n, std::memory_order_relaxed);
-    NM_TRACE(COLL, "%s: launched a group of %d (first %s)", cs->describe().c_str(), n, ops[0]->describe().c_str());
     return st;
 }
 
@@ -250,6 +290,22 @@ static void flush_singletons(CommState *cs)
     rounds_reap(cs->rounds);
 }
 
+// cs->mu, taken for a communicator's queue. A flush that found it held (engine_flush_all) asks the
+// holder to launch the queue as singletons before it lets go: the holder may be a thread that only
+// appends, so the request must not be lost.
+class QueueLock {
+  public:
+    explicit QueueLock(CommState *cs) : cs_(cs), g_(cs->mu) {}
+    ~QueueLock()
+    {
+        if (cs_->flush_req.exchange(false, std::memory_order_acq_rel) && !cs_->queue.empty()) flush_singletons(cs_);
+    }
+
+  private:
+    CommState *cs_;
+    std::lock_guard<std::mutex> g_;
+};
+
 // Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it.
 static nm_status_t round_wait(CommState *cs, Round *r, std::string *err)
 {
@@ -308,8 +364,12 @@ static nm_status_t flush_waitable_locked(CommState *cs, uint64_t seq, std::strin
 
 nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq)
 {
+    // Every other communicator's queue first, as singletons: a rank never waits for a round on
+    // one communicator while it has not proposed on another (two ranks waiting on each other's
+    // communicator would both wait forever).
+    engine_flush_all_except(cs);
     std::string err;
-    std::lock_guard<std::mutex> g(cs->mu);
+    QueueLock g(cs);
     return flush_waitable_locked(cs, seq, &err);
 }
 
@@ -317,7 +377,9 @@ nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq)
 static std::mutex qmu;
 static std::vector<CommState *> queued_comms;
 
-void engine_flush_all()
+void engine_flush_all() { engine_flush_all_except(nullptr); }
+
+void engine_flush_all_except(const CommState *keep)
 {
     std::vector<CommState *> v;
     {
@@ -326,12 +388,22 @@ void engine_flush_all()
     }
     std::vector<CommState *> busy;
     for (CommState *cs : v) {
+        if (cs == keep) {  // the caller waits on this one's round next: it stays registered
+            busy.push_back(cs);
+            continue;
+        }
         // a communicator another thread holds is that thread's to flush (it is launching, or
         // waiting for an agreement whose proposal it already made): never wait for it here
         std::unique_lock<std::mutex> g(cs->mu, std::try_to_lock);
         if (!g.owns_lock()) {
-            busy.push_back(cs);
-            continue;
+            cs->flush_req.store(true, std::memory_order_release);
+            // the holder may have released the lock before seeing the request: try once more
+            g.try_lock();
+            if (!g.owns_lock()) {
+                busy.push_back(cs);
+                continue;
+            }
+            cs->flush_req.store(false, std::memory_order_relaxed);
         }
         flush_singletons(cs);
         g.unlock();
@@ -373,7 +445,7 @@ static nm_status_t launch_explicit(std::string *err)
                 mine.push_back(ops[j]);
                 done[j] = 1;
             }
-        std::lock_guard<std::mutex> g(cs->mu);
+        QueueLock g(cs);
         nm_status_t st = launch(cs, mine.data(), (int)mine.size(), cs->pg ? cs->pg->stream() : nullptr, err);
         if (st != NM_OK) {
             fail_ops(mine.data(), (int)mine.size(), st, *err);
@@ -400,8 +472,9 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
         if (st != NM_OK) { op_put(op); return st; }
     }
     nm_status_t st;
+    engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
     {
-        std::lock_guard<std::mutex> g(cs->mu);
+        QueueLock g(cs);
         // what this communicator queued goes first, in groups agreed with the other ranks (every
         // rank is in this blocking collective, after the same nonblocking ones)
         st = flush_waitable_locked(cs, UINT64_MAX, err);
@@ -435,7 +508,7 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
             sched_yield();
         }
     }
-    op_finish(op);
+    op_finish(op, st != NM_OK);
     return st;
 }
 
@@ -450,16 +523,18 @@ nm_status_t engine_submit(Op *op, std::string *err)
         if (op->order_ev) cu.cuEventRecord(op->order_ev, CU_STREAM_LEGACY);
     }
     cs->refs.fetch_add(1, std::memory_order_relaxed);  // released when the op completes
-    if (group_depth > 0) {
-        std::lock_guard<std::mutex> g(cs->mu);
+    if (group_depth > 0 && !(op->act & NM_ACT_CARRIER)) {
+        QueueLock g(cs);
         op->seq = ++cs->seq;
         op->explicit_group = true;
         group_ops.push_back(op);
         return NM_OK;
     }
-    std::lock_guard<std::mutex> g(cs->mu);
+    QueueLock g(cs);
     op->seq = ++cs->seq;
-    if (!nm_cfg.COALESCE || cs->hidden == MPI_COMM_NULL) {
+    // An op with a carrier (an ambiguous kind) is not queued: its ranks without data took the host
+    // route, a flush point, so every rank's queue is empty here and this op is in no round.
+    if (!nm_cfg.COALESCE || cs->hidden == MPI_COMM_NULL || (op->act & NM_ACT_CARRIER)) {
         nm_status_t st = launch(cs, &op, 1, pg->stream(), err);
         if (st != NM_OK) op->task->fail_op(st, *err);
         return NM_OK;
@@ -477,7 +552,7 @@ nm_status_t engine_submit(Op *op, std::string *err)
 // ---- completion ------------------------------------------------------------------------------
 bool op_poll(Op *op, nm_status_t *st, std::string *err)
 {
-    if (!op->launched) return false;
+    if (!op->is_launched()) return false;
     ProcessGroup *pg = op->done->pg;
     CUresult q = CUDA_ERROR_NOT_READY;
     if (!pg->failed()) {
@@ -519,12 +594,30 @@ bool op_poll(Op *op, nm_status_t *st, std::string *err)
     return true;
 }
 
-void op_finish(Op *op)
+// Carrier requests of failed ops: completed in the background (a collective's request may not be
+// freed), never waited for where the caller expects to return.
+static std::mutex carrier_mu;
+static std::vector<MPI_Request> orphan_carriers;
+
+void op_finish(Op *op, bool failed)
 {
-    if (op->carrier != MPI_REQUEST_NULL) PMPI_Wait(&op->carrier, MPI_STATUS_IGNORE);
+    if (op->carrier != MPI_REQUEST_NULL) {
+        int flag = 0;
+        PMPI_Test(&op->carrier, &flag, MPI_STATUS_IGNORE);
+        if (!flag) {
+            std::lock_guard<std::mutex> g(carrier_mu);
+            orphan_carriers.push_back(op->carrier);
+        }
+        op->carrier = MPI_REQUEST_NULL;
+    }
     CommState *cs = op->cs;
-    if (op->launched) {
+    bool launched = op->is_launched();
+    if (launched) {
         ProcessGroup *pg = op->done->pg;
+        if (failed) {  // the aborted stream may still run this op's copies
+            DeviceGuard g(pg->ctx());
+            cu.cuStreamSynchronize(pg->stream());
+        }
         pg->inflight.fetch_sub(1, std::memory_order_relaxed);
         completion_drop(op->done);
     } else if (op->order_ev && cs->pg) {
@@ -543,11 +636,22 @@ void engine_progress()
         std::unique_lock<std::mutex> g(orphan_mu, std::try_to_lock);
         if (g.owns_lock() && !orphans.empty()) rounds_reap(orphans);
     }
+    std::unique_lock<std::mutex> g(carrier_mu, std::try_to_lock);
+    for (size_t i = 0; g.owns_lock() && i < orphan_carriers.size();) {
+        int flag = 0;
+        PMPI_Test(&orphan_carriers[i], &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+            orphan_carriers[i] = orphan_carriers.back();
+            orphan_carriers.pop_back();
+        } else {
+            i++;
+        }
+    }
 }
 
 void engine_comm_freed(CommState *cs)
 {
-    std::lock_guard<std::mutex> g(cs->mu);
+    QueueLock g(cs);
     cs->freed = true;
     if (!cs->queue.empty()) flush_singletons(cs);
     if (cs->hidden != MPI_COMM_NULL) {

@@ -31,6 +31,7 @@ nm_status_t engine_submit(Op *op, std::string *err);
 // Flush points. Launch every queued operation of every communicator as a group of its own
 // (agreement proposals of 1, whose outcome is known: never waits for a peer).
 void engine_flush_all();
+void engine_flush_all_except(const CommState *keep);
 // A wait that needs the queued operation `seq` of cs to complete: propose groups as large as the
 // queue and wait for the agreement (the peers reach it at their next MPI call).
 nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq);
@@ -46,8 +47,9 @@ void engine_comm_freed(CommState *cs);
 // Completion of a launched op, non-blocking: true when done (*st tells how), false while running
 // or queued. Watches NCCLMPI_TIMEOUT and NCCL's asynchronous errors.
 bool op_poll(Op *op, nm_status_t *st, std::string *err);
-// Release a completed op (host-side copies done, resources back to their pools).
-void op_finish(Op *op);
+// Release a completed op (host-side copies done, resources back to their pools). failed: the op's
+// communicator was aborted.
+void op_finish(Op *op, bool failed);
 
 // Make the real MPI progress (ranks that wait on the GPU must keep it moving).
 void mpi_progress();

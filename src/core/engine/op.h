@@ -5,6 +5,7 @@
 #define NM_CORE_ENGINE_OP_H
 #include <mpi.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,12 @@ struct Op {
     std::vector<std::pair<void *, size_t>> bounce;  // pinned buffers (pointer, pool class)
     MPI_Request carrier = MPI_REQUEST_NULL;
     Completion *done = nullptr;
-    bool launched = false;
+    // published last (release) by the launching thread: done and t_launch are set before it;
+    // any thread may poll
+    std::atomic<bool> launched{false};
+    bool is_launched() const { return launched.load(std::memory_order_acquire); }
 
+    void reset();  // back to a fresh op, keeping the vectors' capacity
     MPI_Datatype type(int which) const { return which ? (rdup != MPI_DATATYPE_NULL ? rdup : o.rtype) : (sdup != MPI_DATATYPE_NULL ? sdup : o.stype); }
     const DtypeInfo &info(int which) const { return which ? rd : sd; }
     std::string describe() const;

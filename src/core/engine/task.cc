@@ -78,9 +78,16 @@ Task *Task::get(const nm_op_t *o)
 void Task::recycle()
 {
     if (stage_) stage_release(stage_);
-    uint64_t id = id_;
-    *this = Task();
-    id_ = id;
+    fn_ = kind_ = 0;
+    op_ = nullptr;
+    inner_ = greq_ = MPI_REQUEST_NULL;
+    stage_ = nullptr;
+    has_status_ = false;
+    mpi_rc_ = MPI_SUCCESS;
+    why_.clear();
+    failed_.store(NM_OK, std::memory_order_relaxed);
+    t0_ = 0;
+    done_ = freed_ = false;
     free_tasks.push_back(this);  // tasks_mu held
 }
 
@@ -112,8 +119,8 @@ int Task::publish(MPI_Request *user_req)
 
 void Task::fail_op(nm_status_t st, const std::string &why)
 {
-    failed_ = st;
     why_ = why;
+    failed_.store(st, std::memory_order_release);  // a polling thread reads why_ after this
 }
 
 void Task::complete(int mpi_rc)
@@ -128,11 +135,12 @@ bool Task::poll()
 {
     if (done_) return true;
     if (op_) {
-        nm_status_t st = failed_;
-        std::string why = why_;
-        if (st == NM_OK && !op_poll(op_, &st, &why)) return false;
+        nm_status_t st = (nm_status_t)failed_.load(std::memory_order_acquire);
+        std::string why;
+        if (st != NM_OK) why = why_;
+        else if (!op_poll(op_, &st, &why)) return false;
         std::string what = op_->describe();
-        op_finish(op_);
+        op_finish(op_, st != NM_OK);
         op_ = nullptr;
         if (st == NM_OK) {
             complete(MPI_SUCCESS);
@@ -238,12 +246,16 @@ static std::vector<std::pair<CommState *, uint64_t>> queued_of(int n, const MPI_
     std::lock_guard<std::recursive_mutex> g(tasks_mu);
     for (const Task *t : pending) {
         Op *op = t->op();
-        if (!op || op->launched) continue;
+        if (!op || op->is_launched()) continue;
         for (int i = 0; i < n; i++)
             if (reqs[i] == t->greq()) {
                 auto it = std::find_if(v.begin(), v.end(), [&](const std::pair<CommState *, uint64_t> &e) { return e.first == op->cs; });
-                if (it == v.end()) v.emplace_back(op->cs, op->seq);
-                else it->second = std::max(it->second, op->seq);
+                if (it == v.end()) {
+                    op->cs->refs.fetch_add(1, std::memory_order_relaxed);  // released by the caller
+                    v.emplace_back(op->cs, op->seq);
+                } else {
+                    it->second = std::max(it->second, op->seq);
+                }
             }
     }
     return v;
@@ -278,9 +290,12 @@ extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 static void flush_for_wait(int n, const MPI_Request *reqs, bool all)
 {
     if (!__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) return;
-    if (all)
-        for (auto &e : queued_of(n, reqs)) engine_flush_waitable(e.first, e.second);
+    auto v = queued_of(n, reqs);
+    // a round is awaited on one communicator only (waiting on two, a rank could wait on one
+    // while a peer waits on the other); engine_flush_waitable proposes every other queue first
+    if (all && v.size() == 1) engine_flush_waitable(v[0].first, v[0].second);
     engine_flush_all();
+    for (auto &e : v) comm_release(e.first);
 }
 
 // Waiting inside an explicit group on one of its operations would never return (it starts at
@@ -291,7 +306,7 @@ static int open_group_error(int n, const MPI_Request *reqs, const char *call)
     std::lock_guard<std::recursive_mutex> g(tasks_mu);
     for (const Task *t : pending) {
         Op *op = t->op();
-        if (!op || !op->explicit_group || op->launched) continue;
+        if (!op || !op->explicit_group || op->is_launched()) continue;
         for (int i = 0; i < n; i++)
             if (reqs[i] == t->greq()) {
                 char msg[MPI_MAX_ERROR_STRING];
@@ -335,13 +350,13 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
 extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st)
 {
     if (int e = open_group_error(n, reqs, "Waitany")) return e;
-    if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
     return wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
 }
 
 extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[], MPI_Status sts[])
 {
+    if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
     return wait_loop([&](int *d) {
         int rc = PMPI_Testsome(n, reqs, outc, idx, sts);

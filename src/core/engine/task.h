@@ -7,6 +7,7 @@
 #define NM_CORE_TASK_H
 #include <mpi.h>
 
+#include <atomic>
 #include <string>
 
 #include "core/cuda/cuda_api.h"
@@ -53,8 +54,8 @@ class Task {
     MPI_Status inner_status_;
     bool has_status_ = false;
     int mpi_rc_ = MPI_SUCCESS;
-    nm_status_t failed_ = NM_OK;
-    std::string why_;
+    std::string why_;              // written before failed_ is published
+    std::atomic<int> failed_{NM_OK};
     double t0_ = 0;
     bool done_ = false, freed_ = false;
 
