@@ -94,7 +94,8 @@ nm_status_t order_after_app(Lane *l, CUstream s)
 static std::mutex pool_mu;
 static std::multimap<size_t, void *> pool_free;  // class size -> buffer
 static size_t pool_cached;
-static std::map<void *, bool> pool_hwloc;  // buffer -> allocated by hwloc (else cuMemAllocHost)
+enum Origin { BY_CUDA, BY_HWLOC, BY_HEAP };
+static std::map<void *, Origin> pool_origin;  // how each buffer was allocated
 
 static size_t size_class(size_t n)
 {
@@ -118,7 +119,7 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
         }
     }
     void *p = nullptr;
-    bool by_hwloc = false;
+    Origin how = BY_CUDA;
     DeviceGuard dg(dev ? dev->ctx : nullptr);  // pinned memory belongs to a context: make one current
     if (dev && dev->numa >= 0 && topo_ready) {
         hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)dev->numa);
@@ -127,21 +128,33 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
             hwloc_free(topo, p, cls);
             p = nullptr;
         }
-        by_hwloc = p != nullptr;
+        if (p) how = BY_HWLOC;
     }
-    if (!p && cu.cuMemAllocHost(&p, cls) != CUDA_SUCCESS) return nullptr;
+    if (!p && cu.cuMemAllocHost(&p, cls) != CUDA_SUCCESS) p = nullptr;
+    if (!p) {
+        // No pinned memory left: pageable memory still works (copies are slower and synchronous),
+        // and a rank that ran out must still make the same real MPI calls as the others.
+        p = malloc(cls);
+        if (!p) return nullptr;
+        how = BY_HEAP;
+        static bool said;
+        if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+            NM_WARN(STAGE, "pinned host memory exhausted: staging through pageable memory (slower)");
+    }
     std::lock_guard<std::mutex> g(pool_mu);
-    pool_hwloc[p] = by_hwloc;
+    pool_origin[p] = how;
     return p;
 }
 
 static void pinned_free(void *p, size_t cls)
 {
-    bool by_hwloc = pool_hwloc[p];
-    pool_hwloc.erase(p);
-    if (by_hwloc) {
+    Origin how = pool_origin[p];
+    pool_origin.erase(p);
+    if (how == BY_HWLOC) {
         cu.cuMemHostUnregister(p);
         hwloc_free(topo, p, cls);
+    } else if (how == BY_HEAP) {
+        free(p);
     } else {
         cu.cuMemFreeHost(p);
     }
@@ -312,7 +325,8 @@ static nm_status_t pipelined_packed(const OpCtx &c, Device *dev, const Side &in,
     int tsz = 0;
     PMPI_Type_size(ct, &tsz);
     size_t nel = tsz ? total / (size_t)tsz : 0;
-    for (size_t k = 0; k < nel && st == NM_OK && *mpi_rc == MPI_SUCCESS; k += ce)
+    // the other ranks make every chunk's call: so does this one, even after a local failure
+    for (size_t k = 0; k < nel && *mpi_rc == MPI_SUCCESS; k += ce)
         *mpi_rc = chunk_mpi(c, h + k * tsz, (int)std::min(ce, nel - k), ct);
     if (st == NM_OK && *mpi_rc == MPI_SUCCESS && do_out) st = with_span(out, false);
     pinned_put(h, cls);
@@ -369,15 +383,16 @@ nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc)
         return NM_OK;
     };
     if (st == NM_OK && nchunks) st = copy_in(0);
-    for (long long k = 0; k < nchunks && st == NM_OK && *mpi_rc == MPI_SUCCESS; k++) {
+    // every chunk's call is made, even after a local copy failed (the other ranks make them all)
+    for (long long k = 0; k < nchunks && *mpi_rc == MPI_SUCCESS; k++) {
         if (do_out && k >= 1 && k + 1 < nchunks) cu.cuEventSynchronize(l->out_ev[(k + 1) & 1]);  // slot free again
-        if (k + 1 < nchunks && (st = copy_in(k + 1)) != NM_OK) break;
+        if (k + 1 < nchunks && st == NM_OK) st = copy_in(k + 1);
         if (do_in) cu.cuEventSynchronize(l->in_ev[k & 1]);
         else if (do_out && k >= 2) cu.cuEventSynchronize(l->out_ev[k & 1]);
         void *h = slot[k & 1];
         int n = elems(k);
         *mpi_rc = chunk_mpi(c, h, n, ct);
-        if (do_out && *mpi_rc == MPI_SUCCESS) {
+        if (do_out && *mpi_rc == MPI_SUCCESS && st == NM_OK) {
             NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(dst + k * ce * esz), (CUdeviceptr)h, (size_t)n * esz, l->stream2),
                         st = NM_ERR_CUDA);
             NM_CU_CHECK(cu.cuEventRecord(l->out_ev[k & 1], l->stream2), st = NM_ERR_CUDA);
