@@ -8,16 +8,21 @@ Outputs (into the build directory):
   wrap_f.c      one Fortran delegate per row plus its manglings: mpi_x, mpi_x_, mpi_x__, MPI_X,
                 and ompi_x_f (the symbol Open MPI's mpi_f08 bindings call)
   api_list.txt  every exported entry point, for the coverage test
+  coverage.txt  one line per intercepted function: what happens to its device buffers (routed,
+                staged, rejected-on-device) or that it has none (flush-only, host-only)
 """
+import os
 import re
 import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
-PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW"}
-ROLES = set("""SBUF RBUF BUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS STYPE RTYPE DTYPE
+PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT"}
+ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
-INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED X""".split())
+INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
+DISP STR X""".split())
+BUF_ROLES = ("SBUF", "RBUF", "BUF", "CBUF")
 
 
 def read_rows(path):
@@ -40,6 +45,11 @@ def read_rows(path):
             for a in args:
                 if a["role"] not in ROLES:
                     sys.exit("gen_wrappers: %s: unknown role %s" % (name, a["role"]))
+            roles = [a["role"] for a in args]
+            if path == "REJECT" and not any(r in BUF_ROLES for r in roles):
+                sys.exit("gen_wrappers: %s: a REJECT row needs a buffer" % name)
+            if path == "DATA" and any(r in ("CBUF", "WIN", "WINOUT", "FILE", "STR") for r in roles):
+                sys.exit("gen_wrappers: %s: role not describable on the DATA path" % name)
             rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args))
             buf = ""
     return rows
@@ -78,6 +88,72 @@ DESCRIBE = {
 DATA_SUBST = {"SBUF": "o.sbuf", "RBUF": "o.rbuf", "BUF": "o.rbuf", "STATUS": "o.status", "OP": "o.op"}
 
 
+# REJECT rows: each buffer with the count and datatype that say which of its bytes the call
+# touches. SBUF pairs with SCOUNT/STYPE (else COUNT/DTYPE), RBUF with RCOUNT/RTYPE (else
+# COUNT/DTYPE), BUF and CBUF (a third buffer: Compare_and_swap) with COUNT/DTYPE. Without a count
+# role the buffer holds one element (Fetch_and_op), with per-neighbour counts (SCOUNTS/RCOUNTS)
+# its size is not known here (-1: significant); without a datatype the count is in bytes.
+REJECT_PAIRS = {"SBUF": (("SCOUNT", "COUNT"), ("SCOUNTS",), ("STYPE", "DTYPE")),
+                "RBUF": (("RCOUNT", "COUNT"), ("RCOUNTS",), ("RTYPE", "DTYPE")),
+                "BUF": (("COUNT",), (), ("DTYPE",)),
+                "CBUF": (("COUNT",), (), ("DTYPE",))}
+F_HANDLE = {"FILE": "PMPI_File_f2c", "WIN": "PMPI_Win_f2c", "COMM": "PMPI_Comm_f2c"}
+
+
+def first_roles(r):
+    roles = {}
+    for a in r["args"]:
+        roles.setdefault(a["role"], a["name"])
+    return roles
+
+
+def reject_bufs(r, fortran):
+    """nm_rbuf_t initializers {pointer, element count, datatype} of a REJECT row, as C
+    expressions over the C arguments or (fortran) over the Fortran delegate's arguments."""
+    roles = first_roles(r)
+    val = (lambda n: "*" + n) if fortran else (lambda n: n)
+    typ = (lambda n: "PMPI_Type_f2c(*%s)" % n) if fortran else (lambda n: n)
+    out = []
+    for a in r["args"]:
+        if a["role"] not in BUF_ROLES:
+            continue
+        counts, arrays, types = REJECT_PAIRS[a["role"]]
+        c = next((val(roles[x]) for x in counts if x in roles), None)
+        if c is None:
+            c = "-1" if any(x in roles for x in arrays) else "1"
+        t = next((typ(roles[x]) for x in types if x in roles), "MPI_DATATYPE_NULL")
+        if a["role"] == "SBUF" and "OP" in roles:  # MPI_NO_OP: the origin buffer is not read
+            op = "PMPI_Op_f2c(*%s)" % roles["OP"] if fortran else roles["OP"]
+            c = "%s == MPI_NO_OP ? 0 : (long long)%s" % (op, c)
+        p = "nm_f2c_buf(%s)" % a["name"] if fortran else a["name"]
+        out.append("{%s, %s, %s}" % (p, c, t))
+    return out
+
+
+def reject_raise(r, fortran):
+    """The call that raises MPI_ERR_BUFFER on the call's object (file, window, communicator;
+    MPI_COMM_WORLD when it has none) and returns the error code."""
+    roles = first_roles(r)
+    fn = "NM_FN_%s" % r["name"]
+    for role, helper in (("FILE", "nm_reject_file"), ("WIN", "nm_reject_win"), ("COMM", "nm_reject_comm")):
+        if role in roles:
+            h = "%s(*%s)" % (F_HANDLE[role], roles[role]) if fortran else roles[role]
+            return "%s(%s, %s)" % (helper, fn, h)
+    return "nm_reject_comm(%s, MPI_COMM_NULL)" % fn
+
+
+def reject_resets(r, fortran):
+    """A rejected call still leaves its output handles defined (a program that ignores the
+    error code and waits on the request gets MPI_REQUEST_NULL, not garbage)."""
+    out = []
+    for a in r["args"]:
+        if a["role"] == "REQ":
+            out.append("*%s = %s;" % (a["name"], "PMPI_Request_c2f(MPI_REQUEST_NULL)" if fortran else "MPI_REQUEST_NULL"))
+        elif a["role"] == "WINOUT":
+            out.append("*%s = %s;" % (a["name"], "PMPI_Win_c2f(MPI_WIN_NULL)" if fortran else "MPI_WIN_NULL"))
+    return out
+
+
 def c_wrapper(r):
     n, f, act = r["name"], formals(r), actuals(r)
     out = ["int nm_impl_%s(%s)" % (n, f), "{"]
@@ -95,6 +171,24 @@ def c_wrapper(r):
                 "    if (nm_enter(&o, &rc)) return rc;",
                 "    rc = PMPI_%s(%s);" % (n, actuals(r, DATA_SUBST)),
                 "    return nm_leave(&o, rc);",
+                "}",
+                "int nm_impl_%s(%s)" % (n, f), "{",
+                "    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
+                "    return nm_slow_%s(%s);" % (n, act)]
+    elif p == "REJECT":
+        # Buffers ncclmpi cannot run on device memory: the real MPI must never see a device
+        # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
+        # DATA path's: count, two loads, tail jump; the check lives in its own function.
+        bufs = reject_bufs(r, False)
+        out = ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{",
+               "    const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+               "    if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
+        out += ["        " + s for s in reject_resets(r, False)]
+        out += ["        return %s;" % reject_raise(r, False),
+                "    }",
+                "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                "    return PMPI_%s(%s);" % (n, act),
                 "}",
                 "int nm_impl_%s(%s)" % (n, f), "{",
                 "    NM_COUNT_CALL(%s);" % fn,
@@ -166,9 +260,22 @@ HANDLE_F2C = {"MPI_Datatype": "PMPI_Type_f2c", "MPI_Op": "PMPI_Op_f2c", "MPI_Com
 
 
 def f_formal(a):
-    if a["ctype"] in ("const void *", "void *"):
+    t = a["ctype"]
+    if t in ("const void *", "void *"):
         return "void *" + a["name"]
+    if a["role"] == "STR":  # CHARACTER: its length comes as a hidden argument (f_hidden)
+        return "char *" + a["name"]
+    base = t.replace("const", "").replace("*", "").strip()
+    if base in ("MPI_Aint", "MPI_Offset"):  # INTEGER(KIND=MPI_ADDRESS_KIND / MPI_OFFSET_KIND)
+        return "%s *%s" % (base, a["name"])
     return "MPI_Fint *" + a["name"]
+
+
+def f_hidden(r):
+    """The hidden length arguments of CHARACTER arguments, after ierr, in argument order: how
+    gfortran calls mpi_x_ and how Open MPI declares its own bindings (an int per string; the
+    mpi_f08 module passes them by value to ompi_x_f). Forwarded unchanged."""
+    return ["%s_len" % a["name"] for a in r["args"] if a["role"] == "STR"]
 
 
 def f_args(r):
@@ -246,8 +353,8 @@ def f_convert(r):
 def f_wrapper(r):
     n, low = r["name"], r["name"].lower()
     fa = f_args(r)
-    ff = ", ".join([f_formal(a) for a in fa] + ["MPI_Fint *ierr"])
-    fact = ", ".join([a["name"] for a in fa] + ["ierr"])
+    ff = ", ".join([f_formal(a) for a in fa] + ["MPI_Fint *ierr"] + ["int " + h for h in f_hidden(r)])
+    fact = ", ".join([a["name"] for a in fa] + ["ierr"] + f_hidden(r))
     fn = "NM_FN_%s" % n
     p = r["path"]
     proto = "void pmpi_%s_(%s)" % (low, ff)
@@ -261,6 +368,18 @@ def f_wrapper(r):
     elif p == "SYNC":
         blocking = "0" if r["flags"] == "NB" else "1"
         out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(PMPI_Comm_f2c(*%s), %s);" % (roles["COMM"], blocking),
+                "    " + forward]
+    elif p == "REJECT":
+        bufs = reject_bufs(r, True)
+        out += ["    if (NM_UNLIKELY(!nm_host_fast())) {",
+                "        const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+                "        if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
+        out += ["            " + s for s in reject_resets(r, True)]
+        out += ["            *ierr = %s;" % reject_raise(r, True),
+                "            return;",
+                "        }",
+                "        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                "    }",
                 "    " + forward]
     elif p == "INIT":
         out += ["    " + forward, "    if (*ierr == MPI_SUCCESS) nm_after_init();"]
@@ -300,7 +419,55 @@ def gen_f(rows):
     return "\n".join(out)
 
 
-def gen_h(rows):
+# ---------------------------------------------------------------------------------------------
+# Coverage: what happens to each intercepted function's device buffers
+# ---------------------------------------------------------------------------------------------
+COVERAGE_DOC = """\
+# ncclmpi coverage: one line per intercepted MPI function (generated by tools/gen_wrappers.py
+# from src/interpose/mpi_api.def and src/route/nm_op.h). Columns: function, category, wrapper
+# path, operation kind. Host buffers always go to the real MPI. Categories:
+#   routed              device buffers run on NCCL where NCCL can (else the staged path)
+#   staged              device buffers are copied to host and back around the real MPI call
+#   rejected-on-device  device buffers fail with an MPI error (MPI_ERR_BUFFER; persistent
+#                       point-to-point: MPI_ERR_UNSUPPORTED_OPERATION); never passed to the MPI
+#   flush-only          no buffer: queued nonblocking device work is launched first (a blocking
+#                       collective or constructor may also make its communicator's pending NCCL
+#                       communicator), then the real MPI
+#   host-only           no buffer: lifecycle and completion calls; ncclmpi completes its own
+#                       requests, everything else goes to the real MPI
+"""
+
+
+def nccl_kinds(nm_op_h):
+    """Operation kinds of NM_OPK_TABLE whose facts include NM_KF_NCCL."""
+    text = open(nm_op_h).read()
+    table = text[text.index("#define NM_OPK_TABLE"):]
+    table = table[:table.index("\n\n")]
+    kinds = re.findall(r"X\(\s*(\w+)\s*,\s*\w+\s*,([^)]*)\)", table)
+    if not kinds:
+        sys.exit("gen_wrappers: no NM_OPK_TABLE rows in " + nm_op_h)
+    return {k for k, facts in kinds if "NM_KF_NCCL" in facts}, {k for k, _ in kinds}
+
+
+def category(r, nccl):
+    p = r["path"]
+    if p == "REJECT" or (p == "DATA" and r["flags"] == "PERS"):
+        return "rejected-on-device"
+    if p == "DATA":
+        return "routed" if r["kind"] in nccl else "staged"
+    if p in ("PASS", "SYNC", "COMMNEW"):
+        return "flush-only"
+    return "host-only"
+
+
+def gen_coverage(rows, nccl):
+    out = [COVERAGE_DOC.rstrip("\n")]
+    w = max(len(r["name"]) for r in rows) + 4
+    out += ["%-*s %-18s %-8s %s" % (w, "MPI_" + r["name"], category(r, nccl), r["path"], r["kind"]) for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def gen_h(rows, nccl):
     out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
            "#ifndef NM_FN_H", "#define NM_FN_H", "", "typedef enum {"]
     out += ["    NM_FN_%s," % r["name"] for r in rows]
@@ -308,6 +475,9 @@ def gen_h(rows):
             "/* X-macro over the table: NM_FN_ROW(Name, PATH, OPKIND, FLAGS) */",
             "#define NM_FN_TABLE(NM_FN_ROW) \\"]
     out += ["    NM_FN_ROW(%s, %s, %s, %s) \\" % (r["name"], r["path"], r["kind"], r["flags"]) for r in rows]
+    out += ["", "/* X-macro over the coverage list (coverage.txt): NM_FN_COV(Name, \"category\") */",
+            "#define NM_FN_COVERAGE(NM_FN_COV) \\"]
+    out += ["    NM_FN_COV(%s, \"%s\") \\" % (r["name"], category(r, nccl)) for r in rows]
     out += ["", "#endif", ""]
     return "\n".join(out)
 
@@ -330,12 +500,19 @@ def gen_list(rows):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gen_wrappers.py mpi_api.def OUTDIR")
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: gen_wrappers.py mpi_api.def OUTDIR [nm_op.h]")
     rows = read_rows(sys.argv[1])
     outdir = sys.argv[2]
-    for name, text in (("nm_fn.h", gen_h(rows)), ("nm_impl.h", gen_impl_h(rows)), ("wrap_c.c", gen_c(rows)),
-                       ("wrap_f.c", gen_f(rows)), ("api_list.txt", gen_list(rows))):
+    op_h = sys.argv[3] if len(sys.argv) == 4 else os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])),
+                                                               "..", "route", "nm_op.h")
+    nccl, kinds = nccl_kinds(op_h)
+    for r in rows:
+        if r["kind"] not in kinds:
+            sys.exit("gen_wrappers: %s: unknown operation kind %s" % (r["name"], r["kind"]))
+    for name, text in (("nm_fn.h", gen_h(rows, nccl)), ("nm_impl.h", gen_impl_h(rows)), ("wrap_c.c", gen_c(rows)),
+                       ("wrap_f.c", gen_f(rows)), ("api_list.txt", gen_list(rows)),
+                       ("coverage.txt", gen_coverage(rows, nccl))):
         with open("%s/%s" % (outdir, name), "w") as fh:
             fh.write(text)
 

@@ -60,6 +60,24 @@ void nm_sync(MPI_Comm comm, int blocking_collective);
 /* Launch queued operations (any call that may wait must not leave them queued). */
 void nm_flush(void);
 
+/* REJECT rows (src/core/reject.cc): calls whose buffers ncclmpi does not run on device memory.
+ * One buffer: pointer, element count (0: not significant; -1: not known here, significant),
+ * datatype (MPI_DATATYPE_NULL: the count is in bytes). */
+typedef struct nm_rbuf {
+    const void *p;
+    long long count;
+    MPI_Datatype type;
+} nm_rbuf_t;
+/* 1 when one of the n buffers is device memory (MPI_BOTTOM: at the datatype's true lower
+ * bound, host without a datatype). 0 without a CUDA driver or with NCCLMPI_DISABLE. */
+int nm_reject_device(const nm_rbuf_t *b, int n);
+/* Raise MPI_ERR_BUFFER, "ncclmpi: MPI_<fn>: device buffers are not supported in this call",
+ * through the error handler of the call's object (MPI_COMM_NULL: MPI_COMM_WORLD's) and return
+ * the error code. */
+int nm_reject_comm(int fn, MPI_Comm comm);
+int nm_reject_win(int fn, MPI_Win win);
+int nm_reject_file(int fn, MPI_File fh);
+
 /* Tasks behind user requests (generalized requests completed by ncclmpi). */
 void nm_progress(void);
 int nm_tasks_owns(int n, const MPI_Request *reqs);

@@ -1,0 +1,72 @@
+// ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
+// mpi_api.def: one-sided data calls and windows, MPI-IO data calls, neighbourhood collectives,
+// packing, MPI_Reduce_local, MPI_Buffer_attach). A non-CUDA-aware MPI handed a device pointer
+// crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the real MPI never
+// sees the pointer. The generated wrappers call this only off the host fast path.
+#include <mpi.h>
+
+#include <string>
+
+#include "core/cuda/cuda_api.h"
+#include "core/cuda/memkind.h"
+#include "core/dtype/dtype.h"
+#include "core/engine/task.h"
+#include "interpose/interpose.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/stats.h"
+
+using namespace ncclmpi;
+
+namespace {
+
+// The error code (one per function: its message names the call), counted as an error route.
+int reject_code(int fn)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: device buffers are not supported in this call", nm_fn_names[fn]);
+    NM_WARN(CALL, "%s", msg + 9);
+    NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_ERROR);
+    return nm_error_code(MPI_ERR_BUFFER, msg);
+}
+
+}  // namespace
+
+extern "C" int nm_reject_device(const nm_rbuf_t *b, int n)
+{
+    if (nm_cfg.DISABLE) return 0;  // the kill switch: every call to the real MPI, as it is
+    if (!cuda_attached() && !nm_linkmap_refresh()) return 0;
+    for (int i = 0; i < n; i++) {
+        const void *p = b[i].p;
+        if (b[i].count == 0 || p == MPI_IN_PLACE) continue;
+        if (p == MPI_BOTTOM) {  // absolute addresses: the first byte the datatype places
+            const DtypeInfo *d = b[i].type != MPI_DATATYPE_NULL ? dtype_info(b[i].type) : nullptr;
+            if (!d || d->size == 0) continue;
+            p = (const char *)MPI_BOTTOM + d->true_lb;
+        }
+        if (nm_mem_is_device(p)) return 1;
+    }
+    return 0;
+}
+
+extern "C" int nm_reject_comm(int fn, MPI_Comm comm)
+{
+    int code = reject_code(fn);
+    PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
+    return code;
+}
+
+extern "C" int nm_reject_win(int fn, MPI_Win win)
+{
+    int code = reject_code(fn);
+    if (win != MPI_WIN_NULL) PMPI_Win_call_errhandler(win, code);
+    else PMPI_Comm_call_errhandler(MPI_COMM_WORLD, code);
+    return code;
+}
+
+extern "C" int nm_reject_file(int fn, MPI_File fh)
+{
+    int code = reject_code(fn);
+    PMPI_File_call_errhandler(fh, code);  // MPI_FILE_NULL: the default file error handler
+    return code;
+}
