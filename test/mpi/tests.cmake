@@ -5,7 +5,7 @@
 # --ncclmpi=require: the program fails unless every intercepted function it called entered
 # ncclmpi's wrapper and was routed to the host; --ncclmpi=absent: unless ncclmpi is absent.
 # (In a CTestTestfile add_test takes the plain form: add_test(name command args...).)
-set(NM_MPI_PROGRAMS coll_blocking coll_nonblocking p2p completion errors comm more_calls more_rma)
+set(NM_MPI_PROGRAMS coll_blocking coll_nonblocking p2p completion errors comm more_calls more_rma more_io)
 foreach(prog IN LISTS NM_MPI_PROGRAMS)
   foreach(np 1 2 3 4)
     add_test(mpi_${prog}_np${np}_preload "${RUN}" ${np} preload "${B}/test/mpi/${prog}" --ncclmpi=require)
