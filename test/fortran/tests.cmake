@@ -3,7 +3,7 @@
 # which ncclmpi did not see every Fortran call, fails), and at np 2 without ncclmpi (plain).
 # Without a working mpifort (configure: HAVE_FORTRAN=0) one test reports the suite as skipped.
 if(HAVE_FORTRAN STREQUAL "1")
-  foreach(prog f_mpif f_usempi f_f08)
+  foreach(prog f_mpif f_usempi f_f08 f_more_mpif f_more_usempi f_more_f08)
     foreach(np 1 2 3 4)
       add_test(fortran_${prog}_np${np}_preload "${RUN}" ${np} preload "${B}/test/fortran/${prog}" --expect-ncclmpi)
       set_tests_properties(fortran_${prog}_np${np}_preload PROPERTIES LABELS "fortran" TIMEOUT 120)
