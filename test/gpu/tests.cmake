@@ -8,6 +8,9 @@ foreach(np 1 2 3 4)
   set_tests_properties(gpu_coll_np${np} gpu_misc_np${np} gpu_stream_np${np}
                        PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
+# device buffers in the calls ncclmpi does not run on device memory: MPI_ERR_BUFFER; flush points
+add_test(gpu_reject_np2 ${GRUN} 2 "${B}/test/gpu/gpu_reject")
+set_tests_properties(gpu_reject_np2 PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 # the staged path on every rank, whatever the GPUs; small chunks so large counts pipeline
 add_test(gpu_coll_np2_staged ${GRUN} 2 "${B}/test/gpu/gpu_coll")
 set_tests_properties(gpu_coll_np2_staged PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77

@@ -1,0 +1,342 @@
+/* gpu_reject: device buffers passed to MPI functions ncclmpi does not run on device memory (the
+ * REJECT rows of mpi_api.def: one-sided data calls and windows, MPI-IO data calls, neighbourhood
+ * collectives, packing, MPI_Reduce_local, MPI_Buffer_attach) fail with MPI_ERR_BUFFER and the
+ * message "ncclmpi: MPI_<Name>: device buffers are not supported in this call" through the
+ * error handler of their communicator, window or file (all MPI_ERRORS_RETURN here), and are
+ * counted on the error route; the real MPI never sees the pointer (it is not CUDA-aware: it
+ * would crash). Persistent sends on device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION, as
+ * MPI_Send_init does. MPI_BOTTOM with a datatype that places the data in device memory is
+ * rejected too; the same calls on host memory succeed. Rejected calls leave their request or
+ * window handle null.
+ *
+ * Then the flush points: a nonblocking device collective queued for coalescing on one rank while
+ * that rank blocks in MPI_Win_fence (or MPI_File_sync) and its peer waits for the collective
+ * first. ncclmpi must launch the queued collective before the rank blocks, or both wait forever.
+ *
+ * Collective rejected calls are made by every rank with device memory, as the memory contract
+ * says, so every rank fails alike and none waits for another. Runs at 2 ranks.
+ */
+#include <unistd.h>
+
+#include "gpu_common.h"
+
+static int rank, size, failures;
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: ", rank, __FILE__, __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fprintf(stderr, "\n");                                                            \
+            failures++;                                                                       \
+        }                                                                                     \
+    } while (0)
+
+static int have_stats;
+
+/* rc must be an error of class cls whose string names fn; the call counted once on the error
+ * route */
+static void expect_error(const char *fn, int rc, int cls, nm_stats_view_t before, int exact_msg)
+{
+    int c = -1, len = 0;
+    char msg[MPI_MAX_ERROR_STRING] = "", want[256];
+    if (rc != MPI_SUCCESS) {
+        MPI_Error_class(rc, &c);
+        MPI_Error_string(rc, msg, &len);
+    }
+    if (exact_msg) snprintf(want, sizeof(want), "ncclmpi: MPI_%s: device buffers are not supported in this call", fn);
+    else snprintf(want, sizeof(want), "ncclmpi: MPI_%s: ", fn);
+    CHECK(rc != MPI_SUCCESS && c == cls, "MPI_%s on device memory: rc %d class %d, expected class %d", fn, rc, c, cls);
+    CHECK(exact_msg ? !strcmp(msg, want) : !strncmp(msg, want, strlen(want)), "MPI_%s: error string \"%s\"", fn, msg);
+    if (have_stats) {
+        nm_stats_view_t after = gpu_stats(fn);
+        CHECK(after.calls == before.calls + 1 && after.route[3] == before.route[3] + 1 &&
+                  after.route[1] == before.route[1] && after.route[2] == before.route[2],
+              "MPI_%s: counters calls %llu->%llu error %llu->%llu", fn, before.calls, after.calls, before.route[3],
+              after.route[3]);
+    }
+}
+/* REJ(Name, args...): MPI_Name(args) must fail with MPI_ERR_BUFFER */
+#define REJ(fn, ...)                                                                          \
+    do {                                                                                      \
+        nm_stats_view_t b_ = gpu_stats(#fn);                                                  \
+        int rc_ = MPI_##fn(__VA_ARGS__);                                                      \
+        expect_error(#fn, rc_, MPI_ERR_BUFFER, b_, 1);                                        \
+    } while (0)
+#define HOST_OK(fn, ...)                                                                      \
+    do {                                                                                      \
+        int rc_ = MPI_##fn(__VA_ARGS__);                                                      \
+        CHECK(rc_ == MPI_SUCCESS, "MPI_" #fn " on host memory: rc %d", rc_);                  \
+    } while (0)
+
+enum { N = 64 };
+static int *d; /* a device buffer of N ints */
+static int h[N], h2[N], h3[N];
+/* a handle that is neither null nor valid: a rejected call must leave it null */
+#define SET_GARBAGE(x) memset(&(x), 0xA5, sizeof(x))
+
+static void t_p2p_local(void)
+{
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    int next = (rank + 1) % size;
+    const char *pers[3] = {"Ssend_init", "Bsend_init", "Rsend_init"};
+    for (int m = 0; m < 3; m++) {
+        MPI_Request q = MPI_REQUEST_NULL;
+        nm_stats_view_t b = gpu_stats(pers[m]);
+        int rc = m == 0 ? MPI_Ssend_init(d, N, MPI_INT, next, 1, c, &q)
+                 : m == 1 ? MPI_Bsend_init(d, N, MPI_INT, next, 1, c, &q)
+                          : MPI_Rsend_init(d, N, MPI_INT, next, 1, c, &q);
+        expect_error(pers[m], rc, MPI_ERR_UNSUPPORTED_OPERATION, b, 0);
+    }
+    REJ(Buffer_attach, d, N * (int)sizeof(int));
+    REJ(Reduce_local, d, h, N, MPI_INT, MPI_SUM);
+    REJ(Reduce_local, h, d, N, MPI_INT, MPI_SUM);
+    int pos = 0;
+    REJ(Pack, d, N, MPI_INT, h, sizeof(h), &pos, c);
+    pos = 0;
+    REJ(Pack, h, N, MPI_INT, d, N * (int)sizeof(int), &pos, c);
+    pos = 0;
+    REJ(Unpack, d, N * (int)sizeof(int), &pos, h, N, MPI_INT, c);
+    pos = 0;
+    REJ(Unpack, h, sizeof(h), &pos, d, N, MPI_INT, c);
+    MPI_Aint epos = 0;
+    REJ(Pack_external, "external32", d, N, MPI_INT, h, sizeof(h), &epos);
+    epos = 0;
+    REJ(Unpack_external, "external32", h, sizeof(h), &epos, d, N, MPI_INT);
+    /* zero counts are not significant: the real MPI gets (and ignores) the pointer */
+    pos = 0;
+    HOST_OK(Pack, d, 0, MPI_INT, h, sizeof(h), &pos, c);
+    /* MPI_BOTTOM: absolute addresses, judged where the datatype places the data */
+    MPI_Aint at;
+    MPI_Get_address(d, &at);
+    int bl = N;
+    MPI_Datatype abs_dev, abs_host;
+    MPI_Type_create_hindexed(1, &bl, &at, MPI_INT, &abs_dev);
+    MPI_Type_commit(&abs_dev);
+    pos = 0;
+    REJ(Pack, MPI_BOTTOM, 1, abs_dev, h2, sizeof(h2), &pos, c);
+    MPI_Get_address(h, &at);
+    MPI_Type_create_hindexed(1, &bl, &at, MPI_INT, &abs_host);
+    MPI_Type_commit(&abs_host);
+    for (int i = 0; i < N; i++) h[i] = rank * 100 + i;
+    pos = 0;
+    HOST_OK(Pack, MPI_BOTTOM, 1, abs_host, h2, sizeof(h2), &pos, c);
+    CHECK(pos == N * (int)sizeof(int) && !memcmp(h, h2, sizeof(h)), "Pack from MPI_BOTTOM (host): position %d", pos);
+    MPI_Type_free(&abs_dev);
+    MPI_Type_free(&abs_host);
+    /* host buffers still work */
+    for (int i = 0; i < N; i++) h2[i] = i;
+    HOST_OK(Reduce_local, h, h2, N, MPI_INT, MPI_SUM);
+    CHECK(h2[5] == rank * 100 + 10, "Reduce_local on host memory: %d", h2[5]);
+
+    /* neighbourhood collectives on a ring */
+    MPI_Comm ring;
+    int dims[1] = {size}, periods[1] = {1}, cnt[2] = {N / 2, N / 2}, dsp[2] = {0, N / 2};
+    MPI_Aint wd[2] = {0, N / 2 * sizeof(int)};
+    MPI_Datatype wt[2] = {MPI_INT, MPI_INT};
+    MPI_Request q;
+    MPI_Cart_create(c, 1, dims, periods, 0, &ring);
+    MPI_Comm_set_errhandler(ring, MPI_ERRORS_RETURN);
+    REJ(Neighbor_allgather, d, N / 2, MPI_INT, h, N / 2, MPI_INT, ring);
+    REJ(Neighbor_allgather, h, N / 2, MPI_INT, d, N / 2, MPI_INT, ring);
+    REJ(Neighbor_allgatherv, d, N / 2, MPI_INT, h, cnt, dsp, MPI_INT, ring);
+    REJ(Neighbor_alltoall, d, N / 2, MPI_INT, h, N / 2, MPI_INT, ring);
+    REJ(Neighbor_alltoallv, d, cnt, dsp, MPI_INT, h, cnt, dsp, MPI_INT, ring);
+    REJ(Neighbor_alltoallw, h, cnt, wd, wt, d, cnt, wd, wt, ring);
+    SET_GARBAGE(q);
+    REJ(Ineighbor_allgather, d, N / 2, MPI_INT, h, N / 2, MPI_INT, ring, &q);
+    CHECK(q == MPI_REQUEST_NULL, "rejected Ineighbor_allgather left its request set");
+    REJ(Ineighbor_allgatherv, h, N / 2, MPI_INT, d, cnt, dsp, MPI_INT, ring, &q);
+    REJ(Ineighbor_alltoall, d, N / 2, MPI_INT, h, N / 2, MPI_INT, ring, &q);
+    REJ(Ineighbor_alltoallv, h, cnt, dsp, MPI_INT, d, cnt, dsp, MPI_INT, ring, &q);
+    REJ(Ineighbor_alltoallw, d, cnt, wd, wt, h, cnt, wd, wt, ring, &q);
+    /* on host memory */
+    HOST_OK(Neighbor_allgather, h, N / 2, MPI_INT, h2, N / 2, MPI_INT, ring);
+    MPI_Comm_free(&ring);
+    MPI_Comm_free(&c);
+}
+
+static void t_rma(void)
+{
+    MPI_Win win;
+    SET_GARBAGE(win);
+    int next = (rank + 1) % size;
+    /* a window over device memory: refused on every rank */
+    REJ(Win_create, d, N * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    CHECK(win == MPI_WIN_NULL, "rejected Win_create left its window set");
+    int *base = NULL;
+    MPI_Win_allocate(N * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    MPI_Win_fence(0, win);
+    REJ(Put, d, N, MPI_INT, next, 0, N, MPI_INT, win);
+    REJ(Get, d, N, MPI_INT, next, 0, N, MPI_INT, win);
+    REJ(Accumulate, d, N, MPI_INT, next, 0, N, MPI_INT, MPI_SUM, win);
+    REJ(Get_accumulate, h, N, MPI_INT, d, N, MPI_INT, next, 0, N, MPI_INT, MPI_SUM, win);
+    REJ(Get_accumulate, d, N, MPI_INT, h, N, MPI_INT, next, 0, N, MPI_INT, MPI_SUM, win);
+    REJ(Fetch_and_op, d, h, MPI_INT, next, 0, MPI_SUM, win);
+    REJ(Fetch_and_op, h, d, MPI_INT, next, 0, MPI_NO_OP, win);
+    REJ(Compare_and_swap, h, d, h2, MPI_INT, next, 0, win);
+    HOST_OK(Put, h, N, MPI_INT, next, 0, N, MPI_INT, win);
+    MPI_Win_fence(0, win);
+    MPI_Win_lock_all(0, win);
+    MPI_Request q;
+    SET_GARBAGE(q);
+    REJ(Rput, d, N, MPI_INT, next, 0, N, MPI_INT, win, &q);
+    CHECK(q == MPI_REQUEST_NULL, "rejected Rput left its request set");
+    REJ(Rget, d, N, MPI_INT, next, 0, N, MPI_INT, win, &q);
+    REJ(Raccumulate, d, N, MPI_INT, next, 0, N, MPI_INT, MPI_SUM, win, &q);
+    REJ(Rget_accumulate, h, N, MPI_INT, d, N, MPI_INT, next, 0, N, MPI_INT, MPI_SUM, win, &q);
+    MPI_Win_unlock_all(win);
+    MPI_Win_free(&win);
+    /* a dynamic window refuses device memory too */
+    MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    REJ(Win_attach, win, d, N * sizeof(int));
+    HOST_OK(Win_attach, win, h3, sizeof(h3));
+    MPI_Win_detach(win, h3);
+    MPI_Win_free(&win);
+}
+
+static void t_io(void)
+{
+    char path[512] = "";
+    if (rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, sizeof(path), "%s/ncclmpi_gpu_reject.%d.dat", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    }
+    MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_File fh;
+    if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL,
+                      &fh) != MPI_SUCCESS) {
+        CHECK(0, "cannot open %s", path);
+        return;
+    }
+    MPI_File_set_errhandler(fh, MPI_ERRORS_RETURN);
+    MPI_Offset off = (MPI_Offset)rank * N * sizeof(int);
+    MPI_Status st;
+    MPI_Request q;
+    SET_GARBAGE(q);
+    REJ(File_write_at, fh, off, d, N, MPI_INT, &st);
+    REJ(File_write_at_all, fh, off, d, N, MPI_INT, &st);
+    REJ(File_read_at, fh, off, d, N, MPI_INT, &st);
+    REJ(File_read_at_all, fh, off, d, N, MPI_INT, &st);
+    SET_GARBAGE(q);
+    REJ(File_iwrite_at, fh, off, d, N, MPI_INT, &q);
+    CHECK(q == MPI_REQUEST_NULL, "rejected File_iwrite_at left its request set");
+    REJ(File_iread_at, fh, off, d, N, MPI_INT, &q);
+    REJ(File_iwrite_at_all, fh, off, d, N, MPI_INT, &q);
+    REJ(File_iread_at_all, fh, off, d, N, MPI_INT, &q);
+    REJ(File_write_at_all_begin, fh, off, d, N, MPI_INT);
+    REJ(File_write_at_all_end, fh, d, &st);
+    REJ(File_read_at_all_begin, fh, off, d, N, MPI_INT);
+    REJ(File_read_at_all_end, fh, d, &st);
+    REJ(File_write, fh, d, N, MPI_INT, &st);
+    REJ(File_write_all, fh, d, N, MPI_INT, &st);
+    REJ(File_read, fh, d, N, MPI_INT, &st);
+    REJ(File_read_all, fh, d, N, MPI_INT, &st);
+    REJ(File_iwrite, fh, d, N, MPI_INT, &q);
+    REJ(File_iread, fh, d, N, MPI_INT, &q);
+    REJ(File_iwrite_all, fh, d, N, MPI_INT, &q);
+    REJ(File_iread_all, fh, d, N, MPI_INT, &q);
+    REJ(File_write_all_begin, fh, d, N, MPI_INT);
+    REJ(File_write_all_end, fh, d, &st);
+    REJ(File_read_all_begin, fh, d, N, MPI_INT);
+    REJ(File_read_all_end, fh, d, &st);
+    REJ(File_write_shared, fh, d, N, MPI_INT, &st);
+    REJ(File_read_shared, fh, d, N, MPI_INT, &st);
+    REJ(File_iwrite_shared, fh, d, N, MPI_INT, &q);
+    REJ(File_iread_shared, fh, d, N, MPI_INT, &q);
+    REJ(File_write_ordered, fh, d, N, MPI_INT, &st);
+    REJ(File_read_ordered, fh, d, N, MPI_INT, &st);
+    REJ(File_write_ordered_begin, fh, d, N, MPI_INT);
+    REJ(File_write_ordered_end, fh, d, &st);
+    REJ(File_read_ordered_begin, fh, d, N, MPI_INT);
+    REJ(File_read_ordered_end, fh, d, &st);
+    /* host memory: written and read back */
+    for (int i = 0; i < N; i++) h[i] = rank * 1000 + i;
+    HOST_OK(File_write_at_all, fh, off, h, N, MPI_INT, &st);
+    MPI_File_sync(fh);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_File_sync(fh);
+    memset(h2, 0, sizeof(h2));
+    HOST_OK(File_read_at, fh, off, h2, N, MPI_INT, &st);
+    CHECK(!memcmp(h, h2, sizeof(h)), "File_read_at on host memory after the rejections");
+    MPI_File_close(&fh);
+}
+
+/* A device Iallreduce queued on every rank; rank 0 then blocks in a call that must launch it
+ * first (Win_fence / File_sync), rank 1 waits for the Iallreduce before making that call. */
+static void t_flush_points(void)
+{
+    float *x;
+    const int n = 1 << 16;
+    CUDACHECK(cudaMalloc((void **)&x, n * sizeof(float)));
+    MPI_Win win;
+    int *base = NULL;
+    MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    char path[512] = "";
+    if (rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, sizeof(path), "%s/ncclmpi_gpu_flush.%d.dat", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    }
+    MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_File fh;
+    MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &fh);
+    for (int which = 0; which < 2; which++) {
+        float *hx = malloc(n * sizeof(float));
+        for (int i = 0; i < n; i++) hx[i] = (float)(rank + 1);
+        CUDACHECK(cudaMemcpy(x, hx, n * sizeof(float), cudaMemcpyHostToDevice));
+        MPI_Request q;
+        MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+        if (rank == 0) {
+            if (which == 0) MPI_Win_fence(0, win);
+            else MPI_File_sync(fh);
+            MPI_Wait(&q, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Wait(&q, MPI_STATUS_IGNORE);
+            if (which == 0) MPI_Win_fence(0, win);
+            else MPI_File_sync(fh);
+        }
+        CUDACHECK(cudaMemcpy(hx, x, n * sizeof(float), cudaMemcpyDeviceToHost));
+        float want = (float)(size * (size + 1) / 2);
+        CHECK(hx[0] == want && hx[n - 1] == want, "Iallreduce across %s: %g %g", which ? "File_sync" : "Win_fence",
+              hx[0], hx[n - 1]);
+        free(hx);
+    }
+    MPI_File_close(&fh);
+    MPI_Win_free(&win);
+    cudaFree(x);
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("gpu_reject: no usable GPU: skipped\n");
+        return 77;
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    alarm(300); /* a flush point that does not flush hangs: end the run instead */
+    gpu_select(&ndev);
+    have_stats = gpu_stats("Put").calls != (unsigned long long)-1;
+    if (!have_stats) { /* the real MPI alone would be handed device pointers: do not try */
+        if (rank == 0) printf("gpu_reject: libncclmpi is not in the process (run it through gpu_run.sh)\n");
+        MPI_Finalize();
+        return 1;
+    }
+    CUDACHECK(cudaMalloc((void **)&d, N * sizeof(int)));
+    t_p2p_local();
+    t_rma();
+    t_io();
+    t_flush_points();
+    cudaFree(d);
+    int total;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("gpu_reject: %d ranks, %d GPU(s): %d failure(s)\n", size, ndev, total);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
