@@ -5,8 +5,6 @@
 // sees the pointer. The generated wrappers call this only off the host fast path.
 #include <mpi.h>
 
-#include <string>
-
 #include "core/cuda/cuda_api.h"
 #include "core/cuda/memkind.h"
 #include "core/dtype/dtype.h"
