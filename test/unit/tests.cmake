@@ -7,6 +7,8 @@ set_tests_properties(unit_config_doc PROPERTIES LABELS "unit" TIMEOUT 60)
 # datatype layouts vs MPI_Pack: one MPI process (run_mpi.sh: the container settings of the mpi tests)
 add_test(unit_layout "${RUN}" 1 plain "${B}/test/unit/test_layout")
 set_tests_properties(unit_layout PROPERTIES LABELS "unit" TIMEOUT 120)
+add_test(unit_info sh "${S}/test/unit/info.sh" "${B}")
+set_tests_properties(unit_info PROPERTIES LABELS "unit" TIMEOUT 60)
 # NCCLMPI_STATS modes: MPI runs of a host-only program (skipped while MPI_Finalize's hook prints
 # per-rank tables only)
 add_test(unit_stats_modes sh "${S}/test/unit/stats_modes.sh" "${B}")
