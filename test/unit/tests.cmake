@@ -9,6 +9,8 @@ add_test(unit_layout "${RUN}" 1 plain "${B}/test/unit/test_layout")
 set_tests_properties(unit_layout PROPERTIES LABELS "unit" TIMEOUT 120)
 add_test(unit_info sh "${S}/test/unit/info.sh" "${B}")
 set_tests_properties(unit_info PROPERTIES LABELS "unit" TIMEOUT 60)
+add_test(unit_scripts sh "${S}/test/unit/scripts.sh" "${B}" "${S}")
+set_tests_properties(unit_scripts PROPERTIES LABELS "unit" TIMEOUT 60)
 # NCCLMPI_STATS modes: MPI runs of a host-only program (skipped while MPI_Finalize's hook prints
 # per-rank tables only)
 add_test(unit_stats_modes sh "${S}/test/unit/stats_modes.sh" "${B}")
