@@ -442,14 +442,15 @@ static void probe_nccl(void)
     int code = 0;
     if (get_version) get_version(&code);
     nccl_version_str(code, fv, sizeof(fv));
-    const char *cmp = code == NM_NCCL_BUILD_CODE ? "same as the headers"
-                      : code > NM_NCCL_BUILD_CODE ? "newer than the headers"
-                                                   : "older than the headers";
+    const char *cmp = code == NM_NCCL_BUILD_CODE ? "the version of the headers"
+                      : code > NM_NCCL_BUILD_CODE ? "newer than the headers,"
+                                                   : "older than the headers,";
     fact("probe.nccl.lib", path, "NCCL library", "%s", path);
-    fact("probe.nccl.version", fv, "  version", "%s (%s %s)", fv, cmp, hv);
+    if (code == NM_NCCL_BUILD_CODE) fact("probe.nccl.version", fv, "  version", "%s (%s)", fv, cmp);
+    else fact("probe.nccl.version", fv, "  version", "%s (%s %s)", fv, cmp, hv);
     fact("probe.nccl.headers", hv, NULL, "%s", hv);
     fact("probe.nccl.match", code == NM_NCCL_BUILD_CODE ? "same" : code > NM_NCCL_BUILD_CODE ? "newer" : "older", NULL,
-         "%s", cmp);
+         "%s", "");
     /* the entry points the library resolves (src/core/tl/nccl/nccl_api.h) */
     static const char *const req[] = {
 #define NM_NAME(f) #f,
