@@ -37,7 +37,8 @@ const char *ncclmpi_version(void);
  * calls from several threads (they are not atomic read-modify-writes). */
 int ncclmpi_get_stats(const char *mpi_function, ncclmpi_stats_t *stats);
 
-/* Print the per-function route table to stderr (what NCCLMPI_STATS=1 prints at finalize). */
+/* Print this process's per-function route table to stderr, in one write (what NCCLMPI_STATS=rank
+ * prints at finalize; NCCLMPI_STATS=1 prints a summary over all ranks from rank 0 instead). */
 void ncclmpi_print_stats(void);
 
 /* 1 when NCCL has been loaded into this process, 0 otherwise. */

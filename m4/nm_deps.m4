@@ -1,6 +1,13 @@
 # Dependency checks for ncclmpi. Each missing dependency stops configure with a message that
 # names what is missing and the option that fixes it.
 
+# NM_DEFINE_STRING(NAME, VALUE, DESCRIPTION): AC_DEFINE_UNQUOTED of a C string literal, with
+# backslashes and double quotes in VALUE escaped.
+AC_DEFUN([NM_DEFINE_STRING], [
+  nm_str=$(AS_ECHO(["$2"]) | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')
+  AC_DEFINE_UNQUOTED([$1], ["$nm_str"], [$3])
+])
+
 # NM_WITH_MPI: choose the MPI compiler wrappers before AC_PROG_CC so the whole build uses them.
 AC_DEFUN([NM_WITH_MPI], [
   AC_ARG_WITH([mpi],
@@ -44,6 +51,10 @@ AC_DEFUN([NM_CHECK_MPI], [
     [AC_MSG_ERROR([MPI_Fint is not a C int in this MPI; the Fortran entry points assume it is])])
   NM_MPI_DESC="$nm_mpi_ver"
   AC_SUBST([MPIEXEC])
+  AC_DEFINE_UNQUOTED([NM_BUILD_MPI], ["$nm_mpi_ver"], [MPI implementation of mpi.h at build time])
+  NM_DEFINE_STRING([NM_BUILD_CC], [$CC], [C compiler (MPI wrapper)])
+  NM_DEFINE_STRING([NM_BUILD_CXX], [$CXX], [C++ compiler (MPI wrapper)])
+  NM_DEFINE_STRING([NM_BUILD_MPIEXEC], [$MPIEXEC], [mpiexec found at build time])
 ])
 
 AC_DEFUN([NM_CHECK_MPIFORT], [
@@ -86,6 +97,11 @@ AC_DEFUN([NM_CHECK_CUDA], [
     [AC_MSG_ERROR([cuda.h not found in $NM_CUDA_DIR/include. Install the CUDA toolkit headers or use --with-cuda=DIR])])
   AC_COMPUTE_INT([NM_CUDA_VERSION], [CUDA_VERSION], [[#include <cuda.h>]], [NM_CUDA_VERSION=unknown])
   AS_IF([test "$NM_CUDA_VERSION" -lt 11000 2>/dev/null], [AC_MSG_ERROR([CUDA >= 11.0 headers needed, found $NM_CUDA_VERSION])])
+  NM_CUDA_VERSION_STR="$NM_CUDA_VERSION"
+  AS_IF([test "$NM_CUDA_VERSION" -gt 0 2>/dev/null],
+    [NM_CUDA_VERSION_STR="`expr $NM_CUDA_VERSION / 1000`.`expr $NM_CUDA_VERSION % 1000 / 10`"])
+  AC_DEFINE_UNQUOTED([NM_BUILD_CUDA_VERSION], ["$NM_CUDA_VERSION_STR"], [cuda.h version (CUDA_VERSION) at build time])
+  NM_DEFINE_STRING([NM_BUILD_CUDA_DIR], [$NM_CUDA_DIR], [CUDA toolkit directory given at build time])
   CPPFLAGS="$nm_save_CPPFLAGS"
   NM_CUDA_CPPFLAGS="-I$NM_CUDA_DIR/include"
   AC_PATH_PROG([NVCC], [nvcc], [], [$NM_CUDA_DIR/bin:$PATH])
@@ -128,6 +144,8 @@ AC_DEFUN([NM_CHECK_NCCL], [
   AC_SUBST([NM_NCCL_LIBDIR])
   AC_DEFINE_UNQUOTED([NM_NCCL_DEFAULT_LIB], ["$NM_NCCL_LIB"], [libnccl path dlopen'ed by default])
   AC_DEFINE_UNQUOTED([NM_NCCL_BUILD_VERSION], ["$NM_NCCL_VERSION"], [NCCL headers version at build time])
+  AC_DEFINE_UNQUOTED([NM_NCCL_BUILD_CODE], [$nm_nccl_code], [NCCL_VERSION_CODE of the headers at build time])
+  NM_DEFINE_STRING([NM_BUILD_NCCL_INCDIR], [$NM_NCCL_INCDIR], [directory of nccl.h at build time])
   AC_SUBST([NM_NCCL_CPPFLAGS])
 ])
 
@@ -146,7 +164,24 @@ AC_DEFUN([NM_CHECK_HWLOC], [
   AC_CHECK_LIB([hwloc], [hwloc_topology_init], [],
     [AC_MSG_ERROR([libhwloc not found. Install hwloc (Debian: apt-get install libhwloc-dev) or use --with-hwloc=DIR])])
   AC_COMPUTE_INT([nm_hwloc_api], [HWLOC_API_VERSION], [[#include <hwloc.h>]], [nm_hwloc_api=0])
-  NM_HWLOC_DESC="API 0x`printf %x $nm_hwloc_api` ${with_hwloc}"
+  nm_hwloc_api_hex="0x`printf %x $nm_hwloc_api`"
+  # the release (2.9.0): HWLOC_VERSION_* (hwloc >= 2.1), else pkg-config, else the API version only
+  nm_hwloc_ver=""
+  AC_COMPUTE_INT([nm_hwloc_major], [HWLOC_VERSION_MAJOR], [[#include <hwloc.h>]], [nm_hwloc_major=""])
+  AS_IF([test -n "$nm_hwloc_major"], [
+    AC_COMPUTE_INT([nm_hwloc_minor], [HWLOC_VERSION_MINOR], [[#include <hwloc.h>]], [nm_hwloc_minor=0])
+    AC_COMPUTE_INT([nm_hwloc_rel], [HWLOC_VERSION_RELEASE], [[#include <hwloc.h>]], [nm_hwloc_rel=0])
+    nm_hwloc_ver="$nm_hwloc_major.$nm_hwloc_minor.$nm_hwloc_rel"])
+  AS_IF([test -z "$nm_hwloc_ver" && test "x$with_hwloc" = xcheck],
+    [nm_hwloc_ver=`pkg-config --modversion hwloc 2>/dev/null`])
+  AS_IF([test "x$with_hwloc" = xcheck || test "x$with_hwloc" = xyes], [nm_hwloc_where="system"], [nm_hwloc_where="$with_hwloc"])
+  AS_IF([test -n "$nm_hwloc_ver"],
+    [NM_HWLOC_DESC="$nm_hwloc_ver (API $nm_hwloc_api_hex), $nm_hwloc_where"],
+    [NM_HWLOC_DESC="API $nm_hwloc_api_hex, $nm_hwloc_where"])
+  AS_IF([test -z "$nm_hwloc_ver"], [nm_hwloc_ver="unknown"])
+  AC_DEFINE_UNQUOTED([NM_BUILD_HWLOC_VERSION], ["$nm_hwloc_ver"], [hwloc release of the headers at build time])
+  AC_DEFINE_UNQUOTED([NM_BUILD_HWLOC_API], [$nm_hwloc_api], [HWLOC_API_VERSION of the headers at build time])
+  NM_DEFINE_STRING([NM_BUILD_HWLOC_DIR], [$nm_hwloc_where], [hwloc installation used at build time])
   CPPFLAGS="$nm_save_CPPFLAGS"; LDFLAGS="$nm_save_LDFLAGS"; LIBS="$nm_save_LIBS"
   NM_HWLOC_LIBS="-lhwloc"
   AC_SUBST([NM_HWLOC_CPPFLAGS])

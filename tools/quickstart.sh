@@ -1,9 +1,33 @@
 #!/bin/bash
-# tools/quickstart.sh demo|test — from a fresh clone: install what is missing (Debian, as root),
-# build out of tree in ./_build, then run the demo (mpirun -np 2, library preloaded) or the tests.
+# tools/quickstart.sh [demo|test|build] — from a fresh clone: install what is missing (Debian, as
+# root), build out of tree in ./_build, then run the demo (mpirun -np 2, library preloaded) or the
+# tests. `tools/quickstart.sh --help` says more.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+usage() {
+  cat <<'USAGE'
+usage: tools/quickstart.sh [demo|test|build]
+From a fresh clone: install the missing Debian packages (as root, with apt-get), build in _build/
+(autogen.sh, configure, make), then
+  demo    run the demo: 2 ranks, the library preloaded, the route each call took (the default)
+  test    run the tests (make check; GPU tests are skipped where no GPU exists)
+  build   stop after the build
+  -h, --help  print this help and exit
+
+Environment:
+  NCCLMPI_CONFIGURE_FLAGS  extra configure options (e.g. --with-nccl=DIR), used when _build/ is
+                           configured the first time (delete _build/ to configure again)
+USAGE
+}
 what=${1:-demo}
+case "$what" in
+demo | test | build) ;;
+-h | --help | help) usage; exit 0 ;;
+*) echo "quickstart: unknown command '$what'" >&2; usage >&2; exit 2 ;;
+esac
+if [ $# -gt 1 ]; then
+  echo "quickstart: one command at a time (got: $*)" >&2; usage >&2; exit 2
+fi
+cd "$(dirname "$0")/.."
 need=()
 for p in mpicc:libopenmpi-dev mpirun:openmpi-bin autoreconf:autoconf automake:automake libtoolize:libtool \
          gfortran:gfortran ctest:cmake python3:python3 pkg-config:pkg-config make:make g++:g++; do
@@ -31,5 +55,6 @@ demo)
   ./test/run_mpi.sh 2 preload ./tools/ncclmpi_demo ;;
 test)
   make -j"$(nproc)" check ;;
-*) echo "usage: tools/quickstart.sh demo|test" >&2; exit 2 ;;
+build)
+  echo "quickstart: built in _build/ (tools/ncclmpi_info, .libs/libncclmpi.so); 'make install' there installs it" ;;
 esac

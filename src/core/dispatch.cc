@@ -122,8 +122,9 @@ static void check_settings_agree()
 {
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
-             "MANAGED=%s EAGER=%d SPLIT=%d", nm_cfg.DISABLE, nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE,
-             nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK, nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT);
+             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d", nm_cfg.DISABLE, nm_cfg.FORCE_STAGED, nm_cfg.AGREE,
+             nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK, nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
+             (int)nm_cfg.STATS);  // STATS: the summary at MPI_Finalize is a reduction
     unsigned long long h = 1469598103934665603ull;
     for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
@@ -468,7 +469,7 @@ extern "C" void nm_before_finalize(void)
         comm_states_teardown();
         pinned_trim();
     }
-    if (nm_cfg.STATS) ncclmpi_print_stats();
+    if (nm_cfg.STATS) nm_stats_finalize();
 }
 
 extern "C" void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm)

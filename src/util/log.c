@@ -1,4 +1,5 @@
-/* ncclmpi: log sink. Lines are prefixed "[ncclmpi r<rank>] LEVEL SUBSYS". */
+/* ncclmpi: log sink. Lines are prefixed "[ncclmpi r<rank>] LEVEL SUBSYS", or "[ncclmpi pid <pid>]"
+ * before MPI_Init tells the rank. */
 #include "util/log.h"
 
 #include <stdarg.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 int nm_log_level = NM_LOG_WARN;
 unsigned nm_log_mask = NM_SS_ALL;
@@ -52,9 +54,12 @@ void nm_log_write(int level, unsigned subsys, const char *file, int line, const 
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     const char *base = strrchr(file, '/');
+    char who[32];
+    if (log_rank >= 0) snprintf(who, sizeof(who), "r%d", log_rank);
+    else snprintf(who, sizeof(who), "pid %ld", (long)getpid());
     if (level >= NM_LOG_DEBUG)
-        fprintf(stderr, "[ncclmpi r%d] %s %s %s (%s:%d)\n", log_rank, lvl[level], ss_name(subsys), msg,
+        fprintf(stderr, "[ncclmpi %s] %s %s %s (%s:%d)\n", who, lvl[level], ss_name(subsys), msg,
                 base ? base + 1 : file, line);
     else
-        fprintf(stderr, "[ncclmpi r%d] %s %s %s\n", log_rank, lvl[level], ss_name(subsys), msg);
+        fprintf(stderr, "[ncclmpi %s] %s %s %s\n", who, lvl[level], ss_name(subsys), msg);
 }

@@ -3,8 +3,14 @@
 #include "util/stats.h"
 #include "util/log.h"
 
+#include <errno.h>
+#include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "util/config.h"
+#include <unistd.h>
 
 nm_stats_t nm_stats;
 
@@ -43,17 +49,163 @@ __attribute__((visibility("default"))) int ncclmpi_get_stats(const char *mpi_fun
     return 0;
 }
 
-__attribute__((visibility("default"))) void ncclmpi_print_stats(void)
+/* ---- reports ------------------------------------------------------------------------------ */
+
+/* Columns of a table row: calls, fortran calls, then the routes. */
+enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_STAGED, C_ERROR, NCOLS };
+static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "staged", "error"};
+#define NROWS (NM_FN_COUNT + 1) /* the last row: all functions */
+
+static void local_counts(unsigned long long v[NROWS][NCOLS])
 {
-    int r = nm_log_rank();
-    fprintf(stderr, "[ncclmpi r%d] %-22s %10s %10s %10s %10s %10s %10s\n", r, "function", "calls", "fortran", "host",
-            "nccl", "staged", "error");
+    memset(v, 0, sizeof(unsigned long long) * NROWS * NCOLS);
     for (int i = 0; i < NM_FN_COUNT; i++) {
         ncclmpi_stats_t s;
         ncclmpi_get_stats(nm_fn_names[i], &s);
-        if (!s.calls && !s.fortran_calls) continue;
-        fprintf(stderr, "[ncclmpi r%d] %-22s %10llu %10llu %10llu %10llu %10llu %10llu\n", r, nm_fn_names[i], s.calls,
-                s.fortran_calls, s.route[NCCLMPI_ROUTE_HOST], s.route[NCCLMPI_ROUTE_NCCL],
-                s.route[NCCLMPI_ROUTE_STAGED], s.route[NCCLMPI_ROUTE_ERROR]);
+        v[i][C_CALLS] = s.calls;
+        v[i][C_FORTRAN] = s.fortran_calls;
+        v[i][C_HOST] = s.route[NCCLMPI_ROUTE_HOST];
+        v[i][C_NCCL] = s.route[NCCLMPI_ROUTE_NCCL];
+        v[i][C_STAGED] = s.route[NCCLMPI_ROUTE_STAGED];
+        v[i][C_ERROR] = s.route[NCCLMPI_ROUTE_ERROR];
+        for (int c = 0; c < NCOLS; c++) v[NM_FN_COUNT][c] += v[i][c];
     }
+}
+
+static const char *row_name(int i) { return i < NM_FN_COUNT ? nm_fn_names[i] : "(all functions)"; }
+
+/* One rank's table, each line starting with `prefix`, written to f in one piece. */
+static void write_rank_table(FILE *f, const char *prefix, const unsigned long long v[NROWS][NCOLS])
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) m = f;
+    fprintf(m, "%s%-22s", prefix, "function");
+    for (int c = 0; c < NCOLS; c++) fprintf(m, " %10s", col_names[c]);
+    fputc('\n', m);
+    for (int i = 0; i < NROWS; i++) {
+        if (!v[i][C_CALLS] && !v[i][C_FORTRAN]) continue;
+        fprintf(m, "%s%-22s", prefix, row_name(i));
+        for (int c = 0; c < NCOLS; c++) fprintf(m, " %10llu", v[i][c]);
+        fputc('\n', m);
+    }
+    if (m != f) {
+        fclose(m);
+        if (buf) fwrite(buf, 1, len, f);
+        fflush(f);
+        free(buf);
+    }
+}
+
+__attribute__((visibility("default"))) void ncclmpi_print_stats(void)
+{
+    static unsigned long long v[NROWS][NCOLS];
+    char prefix[48];
+    int r = nm_log_rank();
+    if (r >= 0) snprintf(prefix, sizeof(prefix), "[ncclmpi r%d] ", r);
+    else snprintf(prefix, sizeof(prefix), "[ncclmpi] ");
+    local_counts(v);
+    write_rank_table(stderr, prefix, v);
+}
+
+/* NCCLMPI_STATS=file:PATH: %r -> rank; without %r and with several ranks, PATH.RANK. */
+static void stats_path(char *out, size_t n, const char *pattern, int rank, int size)
+{
+    size_t o = 0;
+    int had = 0;
+    for (const char *p = pattern; *p && o + 1 < n; p++) {
+        if (p[0] == '%' && p[1] == 'r') {
+            o += (size_t)snprintf(out + o, n - o, "%d", rank);
+            if (o >= n) o = n - 1;
+            p++;
+            had = 1;
+        } else
+            out[o++] = *p;
+    }
+    out[o] = 0;
+    if (!had && size > 1 && o + 1 < n) snprintf(out + o, n - o, ".%d", rank);
+}
+
+/* Rank 0: sum over the ranks, and the least and most one rank counted, per function and column. */
+static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS][NCOLS],
+                          const unsigned long long mn[NROWS][NCOLS], const unsigned long long mx[NROWS][NCOLS])
+{
+    static char cell[NROWS][NCOLS][64];
+    int width[NCOLS];
+    for (int c = 0; c < NCOLS; c++) width[c] = (int)strlen(col_names[c]);
+    for (int i = 0; i < NROWS; i++)
+        for (int c = 0; c < NCOLS; c++) {
+            if (mn[i][c] == mx[i][c]) snprintf(cell[i][c], sizeof(cell[i][c]), "%llu", sum[i][c]);
+            else snprintf(cell[i][c], sizeof(cell[i][c]), "%llu [%llu-%llu]", sum[i][c], mn[i][c], mx[i][c]);
+            if (!sum[i][C_CALLS] && !sum[i][C_FORTRAN]) continue;
+            int w = (int)strlen(cell[i][c]);
+            if (w > width[c]) width[c] = w;
+        }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) m = f;
+    fprintf(m, "[ncclmpi] route counts at MPI_Finalize, summed over %d rank%s ([min-max] per rank where they differ)\n",
+            size, size == 1 ? "" : "s");
+    fprintf(m, "[ncclmpi] %-22s", "function");
+    for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], col_names[c]);
+    fputc('\n', m);
+    for (int i = 0; i < NROWS; i++) {
+        if (!sum[i][C_CALLS] && !sum[i][C_FORTRAN]) continue;
+        fprintf(m, "[ncclmpi] %-22s", row_name(i));
+        for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], cell[i][c]);
+        fputc('\n', m);
+    }
+    if (m != f) {
+        fclose(m);
+        if (buf) fwrite(buf, 1, len, f);
+        fflush(f);
+        free(buf);
+    }
+}
+
+void nm_stats_finalize(void)
+{
+    static unsigned long long v[NROWS][NCOLS], sum[NROWS][NCOLS], mn[NROWS][NCOLS], mx[NROWS][NCOLS];
+    int rank = nm_log_rank(), size = 1, inited = 0, finalized = 1;
+    PMPI_Initialized(&inited);
+    PMPI_Finalized(&finalized);
+    const int mpi = inited && !finalized;
+    if (mpi) {
+        PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    switch (nm_cfg.STATS) {
+    case NM_STATS_OFF: return;
+    case NM_STATS_RANK: ncclmpi_print_stats(); return;
+    case NM_STATS_FILE: {
+        char path[4096];
+        stats_path(path, sizeof(path), nm_cfg.stats_file ? nm_cfg.stats_file : "ncclmpi_stats.%r", rank < 0 ? 0 : rank,
+                   size);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            NM_WARN(CONFIG, "NCCLMPI_STATS=file:%s: cannot write %s (%s)", nm_cfg.stats_file, path, strerror(errno));
+            return;
+        }
+        local_counts(v);
+        fprintf(f, "# ncclmpi %s route counts at MPI_Finalize: rank %d of %d, pid %ld\n", PACKAGE_VERSION, rank, size,
+                (long)getpid());
+        write_rank_table(f, "", v);
+        fclose(f);
+        return;
+    }
+    default: break;
+    }
+    /* summary: every rank takes part in three reductions to rank 0 of MPI_COMM_WORLD */
+    local_counts(v);
+    if (!mpi) {
+        write_summary(stderr, 1, v, v, v);
+        return;
+    }
+    const int n = NROWS * NCOLS;
+    PMPI_Reduce(v, sum, n, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    PMPI_Reduce(v, mn, n, MPI_UNSIGNED_LONG_LONG, MPI_MIN, 0, MPI_COMM_WORLD);
+    PMPI_Reduce(v, mx, n, MPI_UNSIGNED_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) write_summary(stderr, size, sum, mn, mx);
 }

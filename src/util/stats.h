@@ -27,6 +27,11 @@ extern const char *const nm_fn_names[NM_FN_COUNT];
 
 int nm_fn_lookup(const char *name);
 
+/* The NCCLMPI_STATS report, at MPI_Finalize while MPI still works (nm_before_finalize): the
+ * summary (default) is a reduction over MPI_COMM_WORLD in which every rank takes part, printed by
+ * rank 0; `rank` prints this rank's table (ncclmpi_print_stats); `file:PATH` writes it to a file. */
+void nm_stats_finalize(void);
+
 #ifdef __cplusplus
 }
 #endif

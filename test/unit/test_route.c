@@ -244,15 +244,100 @@ static void test_config(void)
     CHECK(nm_cfg_parse_size("123", &sz) == 0 && sz == 123);
     CHECK(nm_cfg_parse_size("x1", &sz) != 0);
     CHECK(nm_cfg_parse_size("4Q", &sz) != 0);
+    CHECK(nm_cfg_parse_size("-4K", &sz) != 0);
+    CHECK(nm_cfg_parse_size("99999999999999999999", &sz) != 0);
+    CHECK(nm_cfg_parse_size("17179869184G", &sz) != 0);
     CHECK(nm_cfg_parse_bool("yes", &b) == 0 && b == 1);
     CHECK(nm_cfg_parse_bool("0", &b) == 0 && b == 0);
+    CHECK(nm_cfg_parse_bool("OFF", &b) == 0 && b == 0);
     CHECK(nm_cfg_parse_bool("maybe", &b) != 0);
+    CHECK(nm_cfg_parse_bool("", &b) != 0);
     CHECK(nm_cfg_parse_level("debug", &lvl) == 0 && lvl == 4);
     CHECK(nm_cfg_parse_level("loud", &lvl) != 0);
-    nm_config_load();
+
+    /* every default parses, every row is documented, enumerations list their words */
+    char *empty[] = {NULL};
+    CHECK(nm_config_parse(empty) == 0);
     CHECK(nm_cfg.STREAM_ORDER == 1);
     CHECK(nm_cfg.STAGE_CHUNK == 4u << 20);
-    for (int i = 0; i < nm_cfg_nrows; i++) CHECK(nm_cfg_rows[i].doc && strlen(nm_cfg_rows[i].doc) > 10);
+    CHECK(nm_cfg.STATS == NM_STATS_OFF && nm_cfg.stats_file == NULL);
+    CHECK(!strcmp(nm_cfg.MANAGED, "device") && !strcmp(nm_cfg.LOG_SUBSYS, "ALL"));
+    for (int i = 0; i < nm_cfg_nrows; i++) {
+        const nm_cfg_row_t *r = &nm_cfg_rows[i];
+        CHECK(r->doc && strlen(r->doc) > 10);
+        if (r->type == NM_CFG_LEVEL || r->type == NM_CFG_ENUM || r->type == NM_CFG_LIST || r->type == NM_CFG_STATS)
+            CHECK(r->accept && strlen(r->accept) > 2);
+    }
+    for (int i = 0; i < nm_cfg_script_nrows; i++) CHECK(nm_cfg_script_rows[i].doc && nm_cfg_script_rows[i].reader);
+
+    /* one value at a time, into a private copy */
+    nm_config_t c;
+    memset(&c, 0, sizeof(c));
+    const nm_cfg_row_t *tmo = nm_cfg_find("TIMEOUT"), *cmax = nm_cfg_find("COALESCE_MAX"),
+                       *chunk = nm_cfg_find("STAGE_CHUNK"), *man = nm_cfg_find("MANAGED"),
+                       *sub = nm_cfg_find("LOG_SUBSYS"), *log = nm_cfg_find("LOG"), *st = nm_cfg_find("STATS");
+    CHECK(tmo && cmax && chunk && man && sub && log && st && !nm_cfg_find("NOPE"));
+    if (!(tmo && cmax && chunk && man && sub && log && st)) return;
+    CHECK(nm_cfg_parse_value(tmo, "30", &c) == 0 && c.TIMEOUT == 30);
+    CHECK(nm_cfg_parse_value(tmo, "0", &c) == 0 && c.TIMEOUT == 0);
+    CHECK(nm_cfg_parse_value(tmo, "-1", &c) != 0 && c.TIMEOUT == 0);
+    CHECK(nm_cfg_parse_value(tmo, "10s", &c) != 0);
+    CHECK(nm_cfg_parse_value(tmo, "", &c) != 0);
+    CHECK(nm_cfg_parse_value(tmo, " 5", &c) != 0);
+    CHECK(nm_cfg_parse_value(tmo, "99999999999999999999999", &c) != 0);
+    CHECK(nm_cfg_parse_value(cmax, "0", &c) != 0);
+    CHECK(nm_cfg_parse_value(cmax, "1", &c) == 0 && c.COALESCE_MAX == 1);
+    CHECK(nm_cfg_parse_value(chunk, "1K", &c) != 0);
+    CHECK(nm_cfg_parse_value(chunk, "48K", &c) == 0 && c.STAGE_CHUNK == 48u << 10);
+    CHECK(nm_cfg_parse_value(man, "HOST", &c) == 0 && !strcmp(c.MANAGED, "host"));
+    CHECK(nm_cfg_parse_value(man, "Device", &c) == 0 && !strcmp(c.MANAGED, "device"));
+    CHECK(nm_cfg_parse_value(man, "gpu", &c) != 0 && !strcmp(c.MANAGED, "device"));
+    CHECK(nm_cfg_parse_value(man, "hos", &c) != 0);
+    CHECK(nm_cfg_parse_value(log, "Info", &c) == 0 && c.LOG == 3);
+    CHECK(nm_cfg_parse_value(log, "3", &c) != 0);
+    CHECK(nm_cfg_parse_value(sub, "init, Coll ,p2p", &c) == 0 && !strcmp(c.LOG_SUBSYS, "INIT,COLL,P2P"));
+    CHECK(nm_cfg_parse_value(sub, "all", &c) == 0 && !strcmp(c.LOG_SUBSYS, "ALL"));
+    CHECK(nm_cfg_parse_value(sub, "INIT,COLLS", &c) != 0 && !strcmp(c.LOG_SUBSYS, "ALL"));
+    CHECK(nm_cfg_parse_value(sub, "INIT,,COLL", &c) != 0);
+    CHECK(nm_cfg_parse_value(sub, "", &c) != 0);
+    CHECK(nm_cfg_parse_value(sub, "INIT,", &c) != 0);
+    CHECK(nm_cfg_parse_value(st, "1", &c) == 0 && c.STATS == NM_STATS_SUMMARY);
+    CHECK(nm_cfg_parse_value(st, "yes", &c) == 0 && c.STATS == NM_STATS_SUMMARY);
+    CHECK(nm_cfg_parse_value(st, "Summary", &c) == 0 && c.STATS == NM_STATS_SUMMARY);
+    CHECK(nm_cfg_parse_value(st, "rank", &c) == 0 && c.STATS == NM_STATS_RANK);
+    CHECK(nm_cfg_parse_value(st, "off", &c) == 0 && c.STATS == NM_STATS_OFF);
+    CHECK(nm_cfg_parse_value(st, "file:/tmp/s.%r", &c) == 0 && c.STATS == NM_STATS_FILE && c.stats_file &&
+          !strcmp(c.stats_file, "/tmp/s.%r"));
+    CHECK(nm_cfg_parse_value(st, "file:", &c) != 0 && c.STATS == NM_STATS_FILE);
+    CHECK(nm_cfg_parse_value(st, "ranks", &c) != 0);
+    char acc[256];
+    CHECK(strstr(nm_cfg_accepted(man, acc, sizeof(acc)), "device, host") != NULL);
+    CHECK(strstr(nm_cfg_accepted(tmo, acc, sizeof(acc)), ">= 0") != NULL);
+    CHECK(strstr(nm_cfg_accepted(sub, acc, sizeof(acc)), "INIT, ROUTE") != NULL);
+
+    /* names: edit distance and the closest known one (library and script variables) */
+    int d;
+    CHECK(nm_cfg_edit_distance("STATS", "STATS") == 0);
+    CHECK(nm_cfg_edit_distance("STAT", "STATS") == 1);
+    CHECK(nm_cfg_edit_distance("kitten", "sitting") == 3);
+    CHECK(nm_cfg_edit_distance("", "LOG") == 3);
+    CHECK(!strcmp(nm_cfg_closest("STAT", &d), "STATS") && d == 1);
+    CHECK(!strcmp(nm_cfg_closest("TIMOUT", &d), "TIMEOUT") && d == 1);
+    CHECK(!strcmp(nm_cfg_closest("coalesce_max", &d), "COALESCE_MAX") && d == 0);
+    CHECK(!strcmp(nm_cfg_closest("NCCL_LIBS", &d), "NCCL_LIB"));
+    CHECK(!strcmp(nm_cfg_closest("CONFIGURE_FLAG", &d), "CONFIGURE_FLAGS"));
+
+    /* a whole environment: invalid values and unknown names warn once each and keep defaults;
+     * script variables and other prefixes are quiet */
+    char *env[] = {"NCCLMPI_TIMEOUT=-3", "NCCLMPI_MANAGED=Host", "NCCLMPI_STAT=1", "NCCLMPI_LOG_SUBSYS=INIT,BOGUS",
+                   "NCCLMPI_LIB=/x/libncclmpi.so", "NCCLMPI_CONFIGURE_FLAGS=--with-nccl=/opt", "NCCL_DEBUG=INFO",
+                   "NCCLMPI_WARN_AFTER=5", "NCCLMPI_STATS=file:out.%r", "NCCLMPI_COALESCE_MAX=0", "PATH=/bin", NULL};
+    CHECK(nm_config_parse(env) == 4);
+    CHECK(nm_cfg.TIMEOUT == 0 && nm_cfg.WARN_AFTER == 5 && nm_cfg.COALESCE_MAX == 256);
+    CHECK(!strcmp(nm_cfg.MANAGED, "host") && !strcmp(nm_cfg.LOG_SUBSYS, "ALL"));
+    CHECK(nm_cfg.STATS == NM_STATS_FILE && !strcmp(nm_cfg.stats_file, "out.%r"));
+    CHECK(nm_config_parse(empty) == 0 && nm_cfg.STATS == NM_STATS_OFF && !strcmp(nm_cfg.MANAGED, "device"));
+    nm_config_load();
 }
 
 static void test_table(void)

@@ -1,0 +1,35 @@
+#!/bin/sh
+# scripts.sh BUILDDIR SRCDIR: ncclmpi_exec and tools/quickstart.sh answer --help, and a wrong
+# option or command with usage and status 2, before doing anything (quickstart builds nothing);
+# ncclmpi_exec preloads the library (NCCLMPI_LIB) and says so when it is missing.
+b=$1; s=$2
+exe="$b/tools/ncclmpi_exec"
+out="$b/scripts_test.out"; err="$b/scripts_test.err"
+fail() { echo "scripts: FAIL: $*"; echo "--- stdout"; cat "$out"; echo "--- stderr"; cat "$err"; exit 1; }
+
+"$exe" --help >"$out" 2>"$err" || fail "ncclmpi_exec --help"
+grep -q '^usage: ncclmpi_exec' "$out" && grep -q NCCLMPI_LIB "$out" || fail "ncclmpi_exec --help: no usage"
+"$exe" -h >"$out" 2>"$err" || fail "ncclmpi_exec -h"
+"$exe" --version >"$out" 2>"$err" || fail "ncclmpi_exec --version"
+grep -Eq 'ncclmpi [0-9]+\.[0-9]+' "$out" || fail "ncclmpi_exec --version"
+"$exe" >"$out" 2>"$err"; [ $? = 2 ] || fail "ncclmpi_exec without a program: status is not 2"
+grep -q '^usage:' "$err" || fail "ncclmpi_exec without a program: no usage"
+"$exe" --hlep >"$out" 2>"$err"; [ $? = 2 ] || fail "ncclmpi_exec --hlep: status is not 2"
+grep -q "unknown option '--hlep'" "$err" && grep -q '^usage:' "$err" || fail "ncclmpi_exec --hlep: no usage"
+NCCLMPI_LIB=/nonexistent/libncclmpi.so "$exe" true >"$out" 2>"$err"; [ $? = 127 ] || fail "missing library: status is not 127"
+grep -q 'NCCLMPI_LIB' "$err" || fail "missing library: no hint"
+NCCLMPI_LIB="$b/.libs/libncclmpi.so" LD_PRELOAD= "$exe" -- sh -c 'echo "$LD_PRELOAD"' >"$out" 2>"$err" || fail "ncclmpi_exec -- sh"
+grep -qx "$b/.libs/libncclmpi.so" "$out" || fail "ncclmpi_exec does not preload NCCLMPI_LIB"
+
+q="$s/tools/quickstart.sh"
+for a in --help -h help; do
+  bash "$q" $a >"$out" 2>"$err" || fail "quickstart.sh $a"
+  grep -q '^usage: tools/quickstart.sh' "$out" && grep -q NCCLMPI_CONFIGURE_FLAGS "$out" || fail "quickstart.sh $a: no usage"
+done
+# a typo stops before anything is installed or built: it would print "quickstart: installing" or
+# run configure/make (minutes), not exit 2 at once
+bash "$q" tset >"$out" 2>"$err"; [ $? = 2 ] || fail "quickstart.sh tset: status is not 2"
+grep -q "unknown command 'tset'" "$err" && grep -q '^usage:' "$err" || fail "quickstart.sh tset: no usage"
+grep -q 'installing' "$out" "$err" && fail "quickstart.sh tset installs"
+bash "$q" demo extra >"$out" 2>"$err"; [ $? = 2 ] || fail "quickstart.sh demo extra: status is not 2"
+echo "scripts: ok"
