@@ -151,20 +151,45 @@ static void print_build(void)
     fact("build.functions", v, "intercepted", "%d MPI functions, C and Fortran (-f lists them)", NM_FN_COUNT);
 }
 
+/* What each intercepted function does with device buffers (the generator's coverage list). */
+static const struct {
+    const char *name, *what;
+} coverage[] = {
+#define NM_INFO_COV(n, what) {#n, what},
+    NM_FN_COVERAGE(NM_INFO_COV)
+#undef NM_INFO_COV
+};
+
 static void print_functions(void)
 {
+    const int n = (int)(sizeof(coverage) / sizeof(coverage[0]));
     if (parsable) {
-        printf("functions.count:%d\nfunctions.list:", NM_FN_COUNT);
-        for (int i = 0; i < NM_FN_COUNT; i++) printf("%s%s", i ? " " : "", nm_fn_names[i]);
-        putchar('\n');
+        printf("functions.count:%d\n", n);
+        for (int i = 0; i < n; i++) printf("functions.MPI_%s:%s\n", coverage[i].name, coverage[i].what);
         return;
     }
+    static const char *const kinds[][2] = {
+        {"routed", "device buffers on NCCL (staged where NCCL cannot)"},
+        {"staged", "device buffers through host copies and the real MPI"},
+        {"rejected-on-device", "device buffers refused with an MPI error (persistent requests: MPI_ERR_UNSUPPORTED_OPERATION, the others: MPI_ERR_BUFFER)"},
+        {"flush-only", "no buffer; launches queued device work, then the real MPI"},
+        {"host-only", "no buffer; the real MPI (completion and lifecycle calls)"},
+    };
     char title[64];
-    snprintf(title, sizeof(title), "Intercepted MPI functions (%d)", NM_FN_COUNT);
+    snprintf(title, sizeof(title), "Intercepted MPI functions (%d)", n);
     section(title);
-    for (int i = 0; i < NM_FN_COUNT; i++) {
-        int last = i % 4 == 3 || i == NM_FN_COUNT - 1;
-        printf("%s%-*s%s", i % 4 ? "" : "  ", last ? 0 : 22, nm_fn_names[i], last ? "\n" : "");
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        int count = 0, col = 0;
+        for (int i = 0; i < n; i++) count += !strcmp(coverage[i].what, kinds[k][0]);
+        if (!count) continue;
+        printf("  %s (%d): %s\n", kinds[k][0], count, kinds[k][1]);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(coverage[i].what, kinds[k][0])) continue;
+            int last = col % 4 == 3;
+            printf("%s%-*s", col % 4 ? "" : "    ", last ? 0 : 24, coverage[i].name);
+            if (++col % 4 == 0) putchar('\n');
+        }
+        if (col % 4) putchar('\n');
     }
 }
 
