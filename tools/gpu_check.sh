@@ -6,7 +6,7 @@
 # Usage: tools/gpu_check.sh [full|quick|tests|bench|hazard]
 #   tests   gpu label (every GPU test, the hazard suite included)
 #   hazard  the hazard suite only
-#   bench   engine_bench and coll_bench at one rank per GPU
+#   bench   engine_bench (with and without coalescing), coll_bench and classify_cost at one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 set -u
 OUT=${OUT:-/tmp/nm-out}
@@ -42,7 +42,7 @@ full) ctest_run "unit|mpi|gpu" "${NM_CTEST_LIMIT:-520}" ;;
 quick) ctest_run gpu "${NM_CTEST_LIMIT:-400}" ;;
 esac
 # Fortran device tests: built where gfortran exists and carried in .dist/fortran
-if [ "$mode" != hazard ] && ls "$repo"/.dist/fortran/f_device_* >/dev/null 2>&1; then
+if [ "$mode" != hazard ] && [ "$mode" != bench ] && ls "$repo"/.dist/fortran/f_device_* >/dev/null 2>&1; then
   for prog in "$repo"/.dist/fortran/f_device_*; do
     for np in 1 2; do
       echo "== $(basename "$prog") np=$np: $(timeout 120 test/run_mpi.sh $np preload "$prog" 2>&1 | grep -E 'f_device|FAIL' | tr '\n' ' ')"
@@ -54,6 +54,8 @@ np=$ngpu
 {
   echo "== engine_bench np=$np (64 x 4 KiB)"
   timeout 150 $run -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 200 -o "$OUT/engine_np$np.csv" 2>&1
+  echo "== engine_bench np=$np, NCCLMPI_COALESCE=0"
+  NCCLMPI_COALESCE=0 timeout 100 $run -x NCCLMPI_COALESCE -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 100 2>&1 | grep -E "Iallreduce|group_begin"
   echo "== coll_bench np=$np"
   emax=64M; [ "$mode" = full ] && emax=1G
   timeout 240 $run -np "$np" ./bench/coll_bench -b 8 -e $emax -f 4 -o "$OUT/bench_np$np.csv" 2>&1
