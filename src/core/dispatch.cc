@@ -366,8 +366,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     // a flush point: everything but a nonblocking NCCL call, which queues behind what is queued
     // (one with a carrier flushes, as its ranks without data do on their host route)
     if (d.route != NCCLMPI_ROUTE_NCCL || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
-        if (d.route == NCCLMPI_ROUTE_NCCL) engine_flush_waitable(cs, UINT64_MAX);
-        nm_flush();
+        if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) {  // nothing to do in the common case
+            if (d.route == NCCLMPI_ROUTE_NCCL) engine_flush_waitable(cs, UINT64_MAX);
+            nm_flush();
+        }
     }
     if (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree))
         use_wrapping_sum8(o, x.rd ? x.rd : x.sd);

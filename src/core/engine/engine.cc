@@ -472,7 +472,8 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
         if (st != NM_OK) { op_put(op); return st; }
     }
     nm_status_t st;
-    engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
+    const bool queued = __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0;
+    if (queued) engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
     {
         QueueLock g(cs);
         // what this communicator queued goes first, in groups agreed with the other ranks (every
