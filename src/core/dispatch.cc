@@ -17,6 +17,7 @@
 #include "core/dtype/layout.h"
 #include "core/engine/engine.h"
 #include "core/engine/task.h"
+#include "core/nvtx.h"
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/staged/staging.h"
@@ -373,6 +374,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     }
     if (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree))
         use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
+    char range[64] = "";
+    if (nm_cfg.NVTX && d.route != NCCLMPI_ROUTE_HOST)
+        snprintf(range, sizeof(range), "MPI_%s %s", nm_fn_names[o->fn], nm_route_str(d.route));
+    NvtxRange nvtx(range);
     switch (d.route) {
     case NCCLMPI_ROUTE_NCCL:
         *rc = run_nccl(o, x, cs, b, nb, c, d.act);

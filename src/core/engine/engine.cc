@@ -11,6 +11,7 @@
 
 #include "core/comm/comm_state.h"
 #include "core/engine/task.h"
+#include "core/nvtx.h"
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/staged/staging.h"
@@ -179,6 +180,9 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         return NM_ERR_NCCL;
     }
     nm_status_t st = NM_OK;
+    char range[96] = "";
+    if (nm_cfg.NVTX) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
+    NvtxRange nvtx(range);
     NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
     for (int i = 0; i < n && st == NM_OK; i++) {
         NcclCall c(*ops[i], *pg, s);
