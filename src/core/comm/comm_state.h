@@ -42,6 +42,7 @@ struct CommState {
     // engine (engine.cc), under mu
     std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order
     uint64_t seq = 0;             // NCCL operations issued on this communicator
+    double last_nb = -1e9;        // when the last nonblocking operation was submitted
     std::vector<Round *> rounds;  // rounds whose result is known in advance, still in flight
     // set by a flush that found mu held by another thread: the holder flushes before unlocking
     std::atomic<bool> flush_req{false};

@@ -544,6 +544,21 @@ nm_status_t engine_submit(Op *op, std::string *err)
         if (st != NM_OK) op->task->fail_op(st, *err);
         return NM_OK;
     }
+    // An op that does not follow another nonblocking op on this communicator within the window is
+    // launched now, as a group of its own (a proposal of 1: safe at any time, whatever the peers
+    // do): an isolated MPI_Iallreduce overlaps the compute that follows it. Ops issued back to
+    // back are queued for one agreed group. The decision is this rank's alone; the rounds keep
+    // every rank's groups equal whatever each decided.
+    double now = nm_now_s();
+    bool burst = now - cs->last_nb < 1e-6 * (double)nm_cfg.COALESCE_WINDOW;
+    cs->last_nb = now;
+    if (!burst) {
+        flush_singletons(cs);  // what an earlier burst left queued goes first
+        cs->rounds.push_back(round_start(cs, 1));
+        nm_status_t st = launch(cs, &op, 1, pg->stream(), err);
+        if (st != NM_OK) op->task->fail_op(st, *err);
+        return NM_OK;
+    }
     if (cs->queue.empty()) {
         cs->refs.fetch_add(1, std::memory_order_relaxed);  // held by the registry of queues
         std::lock_guard<std::mutex> q(qmu);
