@@ -377,9 +377,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     }
     if (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree))
         use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
-    char range[64] = "";
-    if (nm_cfg.NVTX && d.route != NCCLMPI_ROUTE_HOST)
-        snprintf(range, sizeof(range), "MPI_%s %s", nm_fn_names[o->fn], nm_route_str(d.route));
+    if (d.route == NCCLMPI_ROUTE_HOST) return 0;  // the wrapper calls the real MPI (hot path: nothing more)
+    char range[64];
+    range[0] = 0;
+    if (nm_cfg.NVTX) snprintf(range, sizeof(range), "MPI_%s %s", nm_fn_names[o->fn], nm_route_str(d.route));
     NvtxRange nvtx(range);
     switch (d.route) {
     case NCCLMPI_ROUTE_NCCL:

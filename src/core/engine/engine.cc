@@ -180,7 +180,8 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         return NM_ERR_NCCL;
     }
     nm_status_t st = NM_OK;
-    char range[96] = "";
+    char range[96];
+    range[0] = 0;
     if (nm_cfg.NVTX) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
     NvtxRange nvtx(range);
     NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
