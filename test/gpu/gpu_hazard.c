@@ -1367,7 +1367,7 @@ static void sc_comm_free_outstanding(void)
 static double churn20(double stop_above)
 {
     double best = 1e30;
-    for (int round = 0; round < 3 && best <= stop_above; round++) {
+    for (int round = 0; round < 3 && (round == 0 || best <= stop_above); round++) {
         STEP();
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
