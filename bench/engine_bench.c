@@ -30,6 +30,18 @@ static FILE *csv;
 
 
 
+static int gq_query(void *x, MPI_Status *st)
+{
+    (void)x;
+    MPI_Status_set_elements(st, MPI_BYTE, 0);
+    MPI_Status_set_cancelled(st, 0);
+    st->MPI_SOURCE = MPI_UNDEFINED;
+    st->MPI_TAG = MPI_UNDEFINED;
+    return MPI_SUCCESS;
+}
+static int gq_free(void *x) { (void)x; return MPI_SUCCESS; }
+static int gq_cancel(void *x, int c) { (void)x; (void)c; return MPI_SUCCESS; }
+
 /* median over ranks-max of each repetition */
 static double median(double *t, int n)
 {
@@ -178,6 +190,105 @@ int main(int argc, char **argv)
             }
             report("MPI_Allreduce 8 B (blocking)", median(t, R), raw_single);
             break;
+        }
+    }
+    /* where the time of the coalesced case goes: issuing the K calls, the launch (group end),
+     * and the Waitall, as medians over ranks-max; and the driver and MPI primitives the layer
+     * uses per operation, on one rank */
+    {
+        double *ti = malloc(R * sizeof(double)), *tg = malloc(R * sizeof(double)), *tw = malloc(R * sizeof(double));
+        for (int grp = 0; grp < 2; grp++) {
+            if (grp && !gbegin) break;
+            for (int rep = -10; rep < R; rep++) {
+                MPI_Barrier(c);
+                double t1 = bench_now();
+                if (grp) gbegin();
+                for (int k = 0; k < K; k++) MPI_Iallreduce(MPI_IN_PLACE, buf[k], (int)n, MPI_FLOAT, MPI_SUM, c, &req[k]);
+                double t2 = bench_now();
+                if (grp) gend();
+                double t3 = bench_now();
+                MPI_Waitall(K, req, MPI_STATUSES_IGNORE);
+                double t4 = bench_now();
+                if (rep >= 0) {
+                    ti[rep] = (t2 - t1) * 1e6;
+                    tg[rep] = (t3 - t2) * 1e6;
+                    tw[rep] = (t4 - t3) * 1e6;
+                }
+            }
+            double mi = median(ti, R), mg = median(tg, R), mw = median(tw, R);
+            if (rank == 0)
+                printf("breakdown %-10s issue %d calls %8.1f us (%.2f us/call), group end %6.1f us, Waitall %8.1f us\n",
+                       grp ? "explicit" : "automatic", K, mi, mi / K, mg, mw);
+        }
+        free(ti);
+        free(tg);
+        free(tw);
+        /* the blocking 8 B call against raw NCCL on both streams, interleaved rep by rep so
+         * drift hits all three alike */
+        {
+            double *ta = malloc(R * sizeof(double)), *tb = malloc(R * sizeof(double)), *tc = malloc(R * sizeof(double));
+            for (int rep = -10; rep < R; rep++) {
+                MPI_Barrier(c);
+                double t1 = bench_now();
+                MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
+                double t2 = bench_now();
+                MPI_Barrier(c);
+                double t3 = bench_now();
+                NK(ncclAllReduce(one, one, 2, ncclFloat, ncclSum, nc, s));
+                CK(cudaStreamSynchronize(s));
+                double t4 = bench_now();
+                MPI_Barrier(c);
+                double t5 = bench_now();
+                NK(ncclAllReduce(one, one, 2, ncclFloat, ncclSum, nc, cudaStreamLegacy));
+                CK(cudaStreamSynchronize(cudaStreamLegacy));
+                double t6 = bench_now();
+                if (rep >= 0) {
+                    ta[rep] = (t2 - t1) * 1e6;
+                    tb[rep] = (t4 - t3) * 1e6;
+                    tc[rep] = (t6 - t5) * 1e6;
+                }
+            }
+            double ma = median(ta, R), mb = median(tb, R), mc = median(tc, R);
+            if (rank == 0)
+                printf("interleaved 8 B: MPI_Allreduce %.2f us, raw NCCL on a stream %.2f us (+%.2f), on the legacy stream %.2f us (+%.2f)\n",
+                       ma, mb, ma - mb, mc, ma - mc);
+            free(ta);
+            free(tb);
+            free(tc);
+        }
+        if (rank == 0) {
+            enum { N = 20000 };
+            cudaEvent_t ev;
+            CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+            double a = bench_now();
+            for (int i = 0; i < N; i++) cudaEventRecord(ev, cudaStreamLegacy);
+            double rec_legacy = (bench_now() - a) * 1e9 / N;
+            a = bench_now();
+            for (int i = 0; i < N; i++) cudaEventRecord(ev, s);
+            double rec_s = (bench_now() - a) * 1e9 / N;
+            a = bench_now();
+            for (int i = 0; i < N; i++) cudaStreamWaitEvent(s, ev, 0);
+            double wait_ev = (bench_now() - a) * 1e9 / N;
+            CK(cudaStreamSynchronize(s));
+            a = bench_now();
+            for (int i = 0; i < N; i++) cudaEventQuery(ev);
+            double query = (bench_now() - a) * 1e9 / N;
+            MPI_Request gr;
+            a = bench_now();
+            for (int i = 0; i < N; i++) {
+                PMPI_Grequest_start(gq_query, gq_free, gq_cancel, NULL, &gr);
+                PMPI_Grequest_complete(gr);
+                PMPI_Wait(&gr, MPI_STATUS_IGNORE);
+            }
+            double greq = (bench_now() - a) * 1e9 / N;
+            int flag;
+            a = bench_now();
+            for (int i = 0; i < N; i++) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+            double iprobe = (bench_now() - a) * 1e9 / N;
+            printf("primitives (ns/call): cudaEventRecord legacy %.0f, on a stream %.0f; cudaStreamWaitEvent %.0f; "
+                   "cudaEventQuery (complete) %.0f; Grequest start+complete+Wait %.0f; Iprobe(COMM_SELF) %.0f\n",
+                   rec_legacy, rec_s, wait_ev, query, greq, iprobe);
+            CK(cudaEventDestroy(ev));
         }
     }
     report("20 x Comm_dup+free, before device use", churn[0], 0);

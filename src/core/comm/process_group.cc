@@ -44,7 +44,31 @@ bool ProcessGroup::prepare(std::string *why)
     DeviceGuard g(ctx_);
     if (cu.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) { *why = "cannot create a CUDA stream"; return false; }
     if (nccl_load() != NM_OK) { *why = "NCCL library not loadable (NCCLMPI_NCCL_LIB)"; return false; }
+    int memops = 0;
+    void *h = nullptr;
+    if (nm_cfg.FLAG_POLL && cu.cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS &&
+        memops && cu.cuMemHostAlloc(&h, 2 * sizeof(uint64_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
+        if (cu.cuMemHostGetDevicePointer(&dflags_, h, 0) == CUDA_SUCCESS) {
+            flags_ = static_cast<volatile uint64_t *>(h);
+            flags_[0] = flags_[1] = 0;
+        } else {
+            cu.cuMemFreeHost(h);
+        }
+    }
+    NM_DEBUG(INIT, "pg%d: completion by %s", comm_id_, flags_ ? "host flags" : "events");
     return true;
+}
+
+const volatile uint64_t *ProcessGroup::flag_write(CUstream s, uint64_t *ticket)
+{
+    if (!flags_) return nullptr;
+    const int slot = s == CU_STREAM_LEGACY ? 1 : 0;
+    const uint64_t t = tickets_[slot] + 1;
+    if (cu.cuStreamWriteValue64(s, dflags_ + slot * sizeof(uint64_t), t, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+        return nullptr;
+    tickets_[slot] = t;
+    *ticket = t;
+    return flags_ + slot;
 }
 
 nm_status_t ProcessGroup::finish_init(ncclResult_t r, const char *how, double t0)
@@ -156,7 +180,9 @@ void ProcessGroup::destroy()
         }
         for (CUevent e : all_events_) cu.cuEventDestroy(e);
         if (stream_) cu.cuStreamDestroy(stream_);
+        if (flags_) cu.cuMemFreeHost(const_cast<uint64_t *>(flags_));
     }
+    flags_ = nullptr;
     all_events_.clear();
     events_.clear();
     stream_ = nullptr;

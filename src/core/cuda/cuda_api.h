@@ -16,7 +16,8 @@
     X(cuEventSynchronize) X(cuMemcpyAsync) X(cuMemcpy) X(cuMemHostRegister)                   \
     X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)       \
     X(cuMemsetD8Async) X(cuMemcpy2DAsync)                                                     \
-    X(cuMemAllocAsync) X(cuMemFreeAsync)
+    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)        \
+    X(cuDeviceGetAttribute) X(cuStreamWriteValue64)
 
 namespace ncclmpi {
 

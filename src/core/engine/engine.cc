@@ -86,10 +86,17 @@ std::string Op::describe() const
 }
 
 // One completion event per launch, shared by its ops.
+// Its ops learn the outcome from one event query: once complete it is not queried again, and a
+// sweep over the pending tasks queries it once while it is not (see op_poll).
 struct Completion {
-    CUevent ev = nullptr;
+    CUevent ev = nullptr;                     // without flags
+    const volatile uint64_t *flag = nullptr;  // complete once *flag >= ticket
+    uint64_t ticket = 0;
     ProcessGroup *pg = nullptr;
     int refs = 0;
+    std::atomic<bool> complete{false};
+    std::atomic<uint64_t> notready_sweep{0};  // the last sweep that found it not complete
+    std::atomic<double> async_checked{0};     // when NCCL's asynchronous error was last polled
 };
 static std::mutex done_mu;
 
@@ -202,8 +209,8 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         d = new Completion;
         d->pg = pg;
         d->refs = n;
-        d->ev = pg->event_get();
-        if (!d->ev || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS) {
+        d->flag = pg->flag_write(s, &d->ticket);
+        if (!d->flag && (!(d->ev = pg->event_get()) || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS)) {
             *err = "cannot record the completion event";
             st = NM_ERR_CUDA;
             pg->event_put(d->ev);
@@ -500,7 +507,7 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
     bool warned = false;
     for (unsigned spin = 0;; spin++) {
         nm_status_t pst;
-        if (op_poll(op, &pst, err)) {
+        if (op_poll(op, &pst, err, 0)) {
             if (st == NM_OK) st = pst;
             break;
         }
@@ -571,14 +578,26 @@ nm_status_t engine_submit(Op *op, std::string *err)
 }
 
 // ---- completion ------------------------------------------------------------------------------
-bool op_poll(Op *op, nm_status_t *st, std::string *err)
+bool op_poll(Op *op, nm_status_t *st, std::string *err, uint64_t sweep)
 {
     if (!op->is_launched()) return false;
-    ProcessGroup *pg = op->done->pg;
+    Completion *d = op->done;
+    ProcessGroup *pg = d->pg;
     CUresult q = CUDA_ERROR_NOT_READY;
-    if (!pg->failed()) {
+    if (d->complete.load(std::memory_order_acquire)) {
+        q = CUDA_SUCCESS;
+    } else if (d->flag) {
+        if (__atomic_load_n(d->flag, __ATOMIC_ACQUIRE) >= d->ticket) {
+            q = CUDA_SUCCESS;
+            d->complete.store(true, std::memory_order_release);
+        }
+    } else if (sweep && d->notready_sweep.load(std::memory_order_relaxed) == sweep) {
+        return false;  // an op of the same launch found it not complete in this sweep
+    } else if (!pg->failed()) {
         DeviceGuard g(pg->ctx());
-        q = cu.cuEventQuery(op->done->ev);
+        q = cu.cuEventQuery(d->ev);
+        if (q == CUDA_SUCCESS) d->complete.store(true, std::memory_order_release);
+        else if (q == CUDA_ERROR_NOT_READY && sweep) d->notready_sweep.store(sweep, std::memory_order_relaxed);
     }
     if (q == CUDA_ERROR_NOT_READY && !pg->failed()) {
         double waited = nm_now_s() - op->t_launch;
@@ -588,7 +607,9 @@ bool op_poll(Op *op, nm_status_t *st, std::string *err)
                      op->describe().c_str(), nm_cfg.TIMEOUT);
             pg->fail(b);
             op->cs->cap.store(NM_CAP_FAILED);
-        } else if (pg->check_async() != NM_OK) {
+        } else if (waited - d->async_checked.load(std::memory_order_relaxed) < 1e-3) {
+            return false;  // NCCL's asynchronous error is polled once a millisecond per launch
+        } else if (d->async_checked.store(waited, std::memory_order_relaxed), pg->check_async() != NM_OK) {
             op->cs->cap.store(NM_CAP_FAILED);
         } else {
             return false;

@@ -46,7 +46,9 @@ void engine_comm_freed(CommState *cs);
 
 // Completion of a launched op, non-blocking: true when done (*st tells how), false while running
 // or queued. Watches NCCLMPI_TIMEOUT and NCCL's asynchronous errors.
-bool op_poll(Op *op, nm_status_t *st, std::string *err);
+// sweep: a number the caller's pass over many ops shares (0: none); ops of one launch then cost
+// one event query per pass
+bool op_poll(Op *op, nm_status_t *st, std::string *err, uint64_t sweep);
 // Release a completed op (host-side copies done, resources back to their pools). failed: the op's
 // communicator was aborted.
 void op_finish(Op *op, bool failed);

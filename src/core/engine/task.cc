@@ -131,15 +131,16 @@ void Task::complete(int mpi_rc)
     PMPI_Grequest_complete(greq_);
 }
 
-bool Task::poll()
+bool Task::poll(uint64_t sweep)
 {
     if (done_) return true;
     if (op_) {
         nm_status_t st = (nm_status_t)failed_.load(std::memory_order_acquire);
         std::string why;
         if (st != NM_OK) why = why_;
-        else if (!op_poll(op_, &st, &why)) return false;
-        std::string what = op_->describe();
+        else if (!op_poll(op_, &st, &why, sweep)) return false;
+        std::string what;
+        if (st != NM_OK) what = op_->describe();
         op_finish(op_, st != NM_OK);
         op_ = nullptr;
         if (st == NM_OK) {
@@ -211,14 +212,17 @@ void tasks_reap()
     }
 }
 
+static std::atomic<uint64_t> sweeps{0};
+
 void tasks_progress()
 {
     engine_progress();
     std::unique_lock<std::recursive_mutex> g(tasks_mu, std::try_to_lock);
     if (!g.owns_lock()) return;  // another thread is progressing
+    const uint64_t sweep = sweeps.fetch_add(1, std::memory_order_relaxed) + 1;
     for (size_t i = 0; i < pending.size();) {
         Task *t = pending[i];
-        if (t->poll()) {
+        if (t->poll(sweep)) {
             pending.erase(pending.begin() + i);
             retired.push_back(t);
         } else {

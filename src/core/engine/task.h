@@ -31,7 +31,7 @@ class Task {
     // The op could not be launched: the task completes with this error.
     void fail_op(nm_status_t st, const std::string &why);
     // Non-blocking completion check; completes the generalized request when done.
-    bool poll();
+    bool poll(uint64_t sweep);  // sweep: see op_poll
     // One line for logs and error messages: "task#12 MPI_Iallreduce on comm3{...} seq 5, 3.2 ms".
     std::string describe() const;
     MPI_Request greq() const { return greq_; }
