@@ -3,8 +3,9 @@
 # to $OUT (default /tmp/nm-out). Builds from the dist tarball in .dist/ when there is one (a
 # machine without libtool: make it with `make dist` where autotools are complete), else from the
 # source tree with ./configure.
-# Usage: tools/gpu_check.sh [full|quick|tests|bench|hazard]
+# Usage: tools/gpu_check.sh [full|quick|tests|bench|hazard|sanitize]
 #   tests   gpu label (every GPU test, the hazard suite included)
+#   sanitize  compute-sanitizer memcheck over the GPU test programs at 2 and 3 ranks
 #   hazard  the hazard suite only
 #   bench   engine_bench (with and without coalescing), coll_bench and classify_cost at one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
@@ -28,6 +29,7 @@ make -j"$(nproc)" bench >> "$OUT/build.log" 2>&1 || tail -30 "$OUT/build.log"
 echo "== build ok: $(grep -m1 'NCCL ' "$OUT/build.log")"
 
 lib=$PWD/.libs/libncclmpi.so
+./tools/ncclmpi_info -a > "$OUT/info.txt" 2>&1
 run="mpirun --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_PRELOAD=$lib"
 ctest_run() {  # label regex, time limit
   timeout "$2" ctest -L "$1" --output-on-failure -j1 --timeout 180 > "$OUT/ctest.log" 2>&1
@@ -40,6 +42,22 @@ hazard) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;  # the label includes the haza
 tests) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;
 full) ctest_run "unit|mpi|gpu" "${NM_CTEST_LIMIT:-520}" ;;
 quick) ctest_run gpu "${NM_CTEST_LIMIT:-400}" ;;
+sanitize)
+  # NCCL probes kernels it has no image for (API errors that are not ours: not reported), and
+  # its cuMem-mapped peer buffers are invisible to memcheck (NCCL_CUMEM_ENABLE=0: CUDA IPC)
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  export NCCL_CUMEM_ENABLE=0
+  list=${NM_SANITIZE_TESTS:-"2 gpu_coll;2 gpu_misc;2 gpu_stream;3 gpu_coll;2 gpu_hazard layout_gather;3 gpu_hazard layout_bcast;2 gpu_hazard empty_alltoallv_first;3 gpu_hazard signature_pipelined;2 gpu_hazard explicit_group;2 gpu_hazard fuzz"}
+  IFS=';'; set -f; tests=$list; for t in $tests; do IFS=' '
+    set -- $t; np=$1; prog=$2; shift 2
+    log="$OUT/sanitize.log"
+    echo "== memcheck np=$np $prog $*" >> "$log"
+    timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh "$np" preload "$cs" --tool memcheck --report-api-errors no --target-processes all --error-exitcode 9 \
+      --print-limit 20 "test/gpu/$prog" "$@" >> "$log" 2>&1
+    echo "== memcheck np=$np $prog $*: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$log") clean summaries so far)"
+  done; IFS=' '; set +f
+  grep -E "ERROR SUMMARY" "$OUT/sanitize.log" | sort | uniq -c
+  exit 0 ;;
 esac
 # Fortran device tests: built where gfortran exists and carried in .dist/fortran
 if [ "$mode" != hazard ] && [ "$mode" != bench ] && ls "$repo"/.dist/fortran/f_device_* >/dev/null 2>&1; then
