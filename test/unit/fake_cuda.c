@@ -1,9 +1,16 @@
-/* A stand-in for libcuda.so.1 with three GPUs, for `ncclmpi_info -p` on machines without one
- * (test/unit/info.sh): GPU0-GPU1 NVLink (peer access with native atomics), GPU0-GPU2 PCIe (peer
- * access only), GPU1-GPU2 no peer access. Names go through cuda.h's macros (cuDeviceTotalMem ->
- * cuDeviceTotalMem_v2), as the real driver exports them. */
+/* A stand-in for libcuda.so.1 with three GPUs, for machines without one:
+ * - `ncclmpi_info -p` (test/unit/info.sh): GPU0-GPU1 NVLink (peer access with native atomics),
+ *   GPU0-GPU2 PCIe (peer access only), GPU1-GPU2 no peer access;
+ * - counting the host instructions ncclmpi spends on a device-buffer call
+ *   (bench/device_overhead.sh): "device memory" is host memory the stand-in allocated and answers
+ *   for in cuPointerGetAttributes; streams, events and copies complete at once, in the caller.
+ * Not a simulator of anything a GPU does: no test checks results against it.
+ * Names go through cuda.h's macros (cuDeviceTotalMem -> cuDeviceTotalMem_v2), as the real driver
+ * exports them. */
 #include <cuda.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -24,7 +31,7 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice d) { snprintf(b
 EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { *bytes = (size_t)80 << 30; return CUDA_SUCCESS; }
 EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
-    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : a == CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS ? 1 : 0;
     return CUDA_SUCCESS;
 }
 static int peer(CUdevice a, CUdevice b) { return a != b && !((a == 1 && b == 2) || (a == 2 && b == 1)); }
@@ -40,3 +47,115 @@ EXPORT CUresult cuDeviceGetP2PAttribute(int *v, CUdevice_P2PAttribute attr, CUde
     }
     return CUDA_SUCCESS;
 }
+
+/* ---- memory, contexts, streams and events, all synchronous ---------------------------------- */
+EXPORT CUresult cuGetErrorString(CUresult r, const char **s) { (void)r; *s = "stand-in driver error"; return CUDA_SUCCESS; }
+
+enum { NALLOC = 4096 };
+static struct { uintptr_t p; size_t n; int host; } allocs[NALLOC];
+static int nused;  /* slots below it have been used */
+
+static CUresult track(void *p, size_t n, int host)
+{
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < NALLOC; i++)
+        if (!allocs[i].p) {
+            allocs[i].p = (uintptr_t)p;
+            allocs[i].n = n ? n : 1;
+            allocs[i].host = host;
+            if (i >= nused) nused = i + 1;
+            return CUDA_SUCCESS;
+        }
+    free(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static void untrack(uintptr_t p)
+{
+    for (int i = 0; i < NALLOC; i++)
+        if (allocs[i].p == p) {
+            allocs[i].p = 0;
+            free((void *)p);
+            return;
+        }
+}
+static int lookup(uintptr_t p)
+{
+    static int last;  /* the last hit first: a benchmark asks about the same few buffers */
+    if (allocs[last].p && p >= allocs[last].p && p < allocs[last].p + allocs[last].n) return last;
+    for (int i = 0; i < nused; i++)
+        if (allocs[i].p && p >= allocs[i].p && p < allocs[i].p + allocs[i].n) return last = i;
+    return -1;
+}
+
+EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **vals, CUdeviceptr p)
+{
+    int i = lookup((uintptr_t)p);
+    for (unsigned k = 0; k < n; k++) {
+        switch (attrs[k]) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+            *(CUmemorytype *)vals[k] = i < 0 ? (CUmemorytype)0 : allocs[i].host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)vals[k] = i < 0 ? -2 : 0; break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned *)vals[k] = 0; break;
+        default: break;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemAlloc(CUdeviceptr *p, size_t n)
+{
+    void *q = calloc(1, n ? n : 1);
+    *p = (CUdeviceptr)q;
+    return track(q, n, 0);
+}
+EXPORT CUresult cuMemFree(CUdeviceptr p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc(p, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return cuMemFree(p); }
+EXPORT CUresult cuMemAllocHost(void **p, size_t n)
+{
+    *p = calloc(1, n ? n : 1);
+    return track(*p, n, 1);
+}
+EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cuMemAllocHost(p, n); }
+EXPORT CUresult cuMemFreeHost(void *p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags) { (void)flags; *d = (CUdeviceptr)p; return CUDA_SUCCESS; }
+EXPORT CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) { (void)p; (void)n; (void)flags; return CUDA_SUCCESS; }
+EXPORT CUresult cuMemHostUnregister(void *p) { (void)p; return CUDA_SUCCESS; }
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { memmove((void *)d, (const void *)s, n); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return cuMemcpy(d, s, n); }
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)d, v, n); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream st)
+{
+    (void)st;
+    const char *src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (const char *)c->srcHost : (const char *)c->srcDevice;
+    char *dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (char *)c->dstHost : (char *)c->dstDevice;
+    src += c->srcY * c->srcPitch + c->srcXInBytes;
+    dst += c->dstY * c->dstPitch + c->dstXInBytes;
+    for (size_t r = 0; r < c->Height; r++) memmove(dst + r * c->dstPitch, src + r * c->srcPitch, c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+static int ctx_token;
+static CUcontext current;
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!current) return CUDA_ERROR_INVALID_CONTEXT; *d = 0; return CUDA_SUCCESS; }
+
+static int stream_token, event_token;
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = (CUstream)&stream_token; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s; (void)e; (void)f; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f)
+{
+    (void)s; (void)f;
+    *(volatile cuuint64_t *)a = v;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)&event_token; return CUDA_SUCCESS; }
+EXPORT CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
+EXPORT CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }

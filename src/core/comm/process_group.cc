@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "core/engine/engine.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -142,7 +143,7 @@ nm_status_t ProcessGroup::check_async()
 CUevent ProcessGroup::event_get()
 {
     {
-        std::lock_guard<std::mutex> g(mu_);
+        MtLock<std::mutex> g(mu_);
         if (!events_.empty()) {
             CUevent e = events_.back();
             events_.pop_back();
@@ -160,7 +161,7 @@ CUevent ProcessGroup::event_get()
 void ProcessGroup::event_put(CUevent ev)
 {
     if (!ev) return;
-    std::lock_guard<std::mutex> g(mu_);
+    MtLock<std::mutex> g(mu_);
     events_.push_back(ev);
 }
 

@@ -21,7 +21,7 @@
 
 namespace ncclmpi {
 
-int nm_thread_multiple;  // the real MPI runs at MPI_THREAD_MULTIPLE (set at MPI_Init)
+int nm_thread_multiple;
 
 // ---- pools -----------------------------------------------------------------------------------
 static std::mutex pool_mu;
@@ -30,7 +30,7 @@ static std::vector<Op *> op_pool;
 Op *op_get()
 {
     {
-        std::lock_guard<std::mutex> g(pool_mu);
+        MtLock<std::mutex> g(pool_mu);
         if (!op_pool.empty()) {
             Op *op = op_pool.back();
             op_pool.pop_back();
@@ -73,7 +73,7 @@ void op_put(Op *op)
     if (op->sdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->sdup);
     if (op->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->rdup);
     op->reset();
-    std::lock_guard<std::mutex> g(pool_mu);
+    MtLock<std::mutex> g(pool_mu);
     op_pool.push_back(op);
 }
 
@@ -93,23 +93,46 @@ struct Completion {
     const volatile uint64_t *flag = nullptr;  // complete once *flag >= ticket
     uint64_t ticket = 0;
     ProcessGroup *pg = nullptr;
-    int refs = 0;
+    std::atomic<int> refs{0};
     std::atomic<bool> complete{false};
     std::atomic<uint64_t> notready_sweep{0};  // the last sweep that found it not complete
     std::atomic<double> async_checked{0};     // when NCCL's asynchronous error was last polled
 };
-static std::mutex done_mu;
+static std::mutex done_mu;  // the pool
+static std::vector<Completion *> done_pool;
+
+static Completion *completion_get(ProcessGroup *pg, int refs)
+{
+    Completion *d = nullptr;
+    {
+        MtLock<std::mutex> g(done_mu);
+        if (!done_pool.empty()) {
+            d = done_pool.back();
+            done_pool.pop_back();
+        }
+    }
+    if (!d) d = new Completion;
+    d->ev = nullptr;
+    d->flag = nullptr;
+    d->ticket = 0;
+    d->pg = pg;
+    d->refs.store(refs, std::memory_order_relaxed);
+    d->complete.store(false, std::memory_order_relaxed);
+    d->notready_sweep.store(0, std::memory_order_relaxed);
+    d->async_checked.store(0, std::memory_order_relaxed);
+    return d;
+}
+
+static void completion_put(Completion *d)
+{
+    d->pg->event_put(d->ev);
+    MtLock<std::mutex> g(done_mu);
+    done_pool.push_back(d);
+}
 
 static void completion_drop(Completion *d)
 {
-    bool last;
-    {
-        std::lock_guard<std::mutex> g(done_mu);
-        last = --d->refs == 0;
-    }
-    if (!last) return;
-    d->pg->event_put(d->ev);
-    delete d;
+    if (d->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) completion_put(d);
 }
 
 // ---- MPI progress ----------------------------------------------------------------------------
@@ -206,15 +229,12 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
     Completion *d = nullptr;
     if (st == NM_OK) {
-        d = new Completion;
-        d->pg = pg;
-        d->refs = n;
+        d = completion_get(pg, n);
         d->flag = pg->flag_write(s, &d->ticket);
         if (!d->flag && (!(d->ev = pg->event_get()) || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS)) {
             *err = "cannot record the completion event";
             st = NM_ERR_CUDA;
-            pg->event_put(d->ev);
-            delete d;
+            completion_put(d);
         }
     }
     if (st != NM_OK) {

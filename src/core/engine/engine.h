@@ -20,6 +20,31 @@
 
 namespace ncclmpi {
 
+// The real MPI runs at MPI_THREAD_MULTIPLE (set at MPI_Init).
+extern int nm_thread_multiple;
+
+// A lock that only MPI_THREAD_MULTIPLE needs, for the engine's pools and task lists: at a lower
+// thread level one thread at a time is inside MPI, so inside ncclmpi (the application's own
+// synchronisation orders them), and the lock costs nothing.
+template <class M>
+class MtLock {
+  public:
+    explicit MtLock(M &m) : m_(nm_thread_multiple ? &m : nullptr)
+    {
+        if (m_) m_->lock();
+    }
+    ~MtLock()
+    {
+        if (m_) m_->unlock();
+    }
+    MtLock(const MtLock &) = delete;
+    MtLock &operator=(const MtLock &) = delete;
+
+  private:
+    M *m_;
+};
+
+
 struct CommState;
 
 // A blocking operation: launched after its communicator's queue, waited for (MPI keeps

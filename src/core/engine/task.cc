@@ -61,7 +61,7 @@ Task *Task::get(const nm_op_t *o)
 {
     Task *t = nullptr;
     {
-        std::lock_guard<std::recursive_mutex> g(tasks_mu);
+        MtLock<std::recursive_mutex> g(tasks_mu);
         if (!free_tasks.empty()) {
             t = free_tasks.back();
             free_tasks.pop_back();
@@ -110,7 +110,7 @@ int Task::publish(MPI_Request *user_req)
     int rc = PMPI_Grequest_start(query_fn, free_fn, cancel_fn, this, &greq_);
     if (rc != MPI_SUCCESS) return rc;
     *user_req = greq_;
-    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    MtLock<std::recursive_mutex> g(tasks_mu);
     pending.push_back(this);
     __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
     NM_DEBUG(CALL, "%s published", describe().c_str());
@@ -186,7 +186,7 @@ int Task::query_fn(void *extra, MPI_Status *status)
 
 int Task::free_fn(void *extra)
 {
-    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    MtLock<std::recursive_mutex> g(tasks_mu);
     static_cast<Task *>(extra)->freed_ = true;
     return MPI_SUCCESS;
 }
@@ -200,7 +200,7 @@ int Task::cancel_fn(void *extra, int complete)
 
 void tasks_reap()
 {
-    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    MtLock<std::recursive_mutex> g(tasks_mu);
     for (size_t i = 0; i < retired.size();) {
         if (retired[i]->freed_) {
             retired[i]->recycle();
@@ -217,18 +217,16 @@ static std::atomic<uint64_t> sweeps{0};
 void tasks_progress()
 {
     engine_progress();
-    std::unique_lock<std::recursive_mutex> g(tasks_mu, std::try_to_lock);
-    if (!g.owns_lock()) return;  // another thread is progressing
+    std::unique_lock<std::recursive_mutex> g(tasks_mu, std::defer_lock);
+    if (nm_thread_multiple && !g.try_lock()) return;  // another thread is progressing
     const uint64_t sweep = sweeps.fetch_add(1, std::memory_order_relaxed) + 1;
-    for (size_t i = 0; i < pending.size();) {
+    size_t keep = 0;  // the pending ones stay in issue order
+    for (size_t i = 0; i < pending.size(); i++) {
         Task *t = pending[i];
-        if (t->poll(sweep)) {
-            pending.erase(pending.begin() + i);
-            retired.push_back(t);
-        } else {
-            i++;
-        }
+        if (t->poll(sweep)) retired.push_back(t);
+        else pending[keep++] = t;
     }
+    pending.resize(keep);
     if (!retired.empty()) tasks_reap();
 }
 
@@ -247,20 +245,19 @@ void tasks_drain()
 static std::vector<std::pair<CommState *, uint64_t>> queued_of(int n, const MPI_Request *reqs)
 {
     std::vector<std::pair<CommState *, uint64_t>> v;
-    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    std::vector<MPI_Request> sorted(reqs, reqs + n);  // a lookup per pending task, not a scan
+    std::sort(sorted.begin(), sorted.end());
+    MtLock<std::recursive_mutex> g(tasks_mu);
     for (const Task *t : pending) {
         Op *op = t->op();
-        if (!op || op->is_launched()) continue;
-        for (int i = 0; i < n; i++)
-            if (reqs[i] == t->greq()) {
-                auto it = std::find_if(v.begin(), v.end(), [&](const std::pair<CommState *, uint64_t> &e) { return e.first == op->cs; });
-                if (it == v.end()) {
-                    op->cs->refs.fetch_add(1, std::memory_order_relaxed);  // released by the caller
-                    v.emplace_back(op->cs, op->seq);
-                } else {
-                    it->second = std::max(it->second, op->seq);
-                }
-            }
+        if (!op || op->is_launched() || !std::binary_search(sorted.begin(), sorted.end(), t->greq())) continue;
+        auto it = std::find_if(v.begin(), v.end(), [&](const std::pair<CommState *, uint64_t> &e) { return e.first == op->cs; });
+        if (it == v.end()) {
+            op->cs->refs.fetch_add(1, std::memory_order_relaxed);  // released by the caller
+            v.emplace_back(op->cs, op->seq);
+        } else {
+            it->second = std::max(it->second, op->seq);
+        }
     }
     return v;
 }
@@ -282,7 +279,7 @@ extern "C" void nm_flush(void)
 
 extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 {
-    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    MtLock<std::recursive_mutex> g(tasks_mu);
     for (const Task *t : pending)
         for (int i = 0; i < n; i++)
             if (reqs[i] == t->greq()) return 1;
@@ -307,7 +304,7 @@ static void flush_for_wait(int n, const MPI_Request *reqs, bool all)
 static int open_group_error(int n, const MPI_Request *reqs, const char *call)
 {
     if (engine_group_depth() == 0) return MPI_SUCCESS;
-    std::lock_guard<std::recursive_mutex> g(tasks_mu);
+    MtLock<std::recursive_mutex> g(tasks_mu);
     for (const Task *t : pending) {
         Op *op = t->op();
         if (!op || !op->explicit_group || op->is_launched()) continue;

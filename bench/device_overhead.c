@@ -1,0 +1,127 @@
+/* device_overhead: N device-buffer MPI calls of one kind on one rank, for counting the host
+ * instructions ncclmpi spends on its NCCL route (the layer cost the engine adds to what NCCL
+ * itself costs). Runs on a machine without a GPU against the stand-in driver and NCCL
+ * (test/unit/fake_cuda.c, fake_nccl.c), which complete everything at once, so what callgrind
+ * counts inside dv_loop() is ncclmpi's own work plus a few instructions of the stand-ins.
+ * bench/device_overhead.sh drives it; on a GPU machine the same kinds are timed against raw NCCL
+ * by bench/engine_bench.
+ *
+ *   device_overhead N KIND [--time]
+ *     KIND  allreduce   blocking MPI_Allreduce, 2 floats in place, MPI_COMM_WORLD
+ *           bcast       blocking MPI_Bcast, 2 floats
+ *           iallreduce  MPI_Iallreduce + MPI_Wait, 2 floats in place
+ *           burst       64 x MPI_Iallreduce + one MPI_Waitall (N counts operations)
+ *
+ * Output: kind=<k> n=<N> ok=<0|1> [ns_per_call=<t>]   (ok: the calls took the NCCL route)
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst"};
+enum { BURST = 64 };
+
+static float *dbuf[BURST];
+static int errors;
+
+__attribute__((noinline)) void dv_loop(int kind, long n)
+{
+    MPI_Request req[BURST];
+    switch (kind) {
+    case K_ALLREDUCE:
+        for (long i = 0; i < n; i++)
+            if (MPI_Allreduce(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) errors++;
+        break;
+    case K_BCAST:
+        for (long i = 0; i < n; i++)
+            if (MPI_Bcast(dbuf[0], 2, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) errors++;
+        break;
+    case K_IALLREDUCE:
+        for (long i = 0; i < n; i++)
+            if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[0]) != MPI_SUCCESS ||
+                MPI_Wait(&req[0], MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                errors++;
+        break;
+    case K_BURST:
+        for (long i = 0; i < n; i += BURST) {
+            for (int k = 0; k < BURST; k++)
+                if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[k], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]) != MPI_SUCCESS) errors++;
+            if (MPI_Waitall(BURST, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS) errors++;
+        }
+        break;
+    }
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s N KIND [--time]\n", argv[0]);
+        return 2;
+    }
+    long n = atol(argv[1]);
+    int kind = -1;
+    for (int k = 0; k < K_COUNT; k++)
+        if (!strcmp(argv[2], kind_name[k])) kind = k;
+    int timed = argc > 3 && !strcmp(argv[3], "--time");
+    if (kind < 0 || n < 0) {
+        fprintf(stderr, "%s: unknown kind %s\n", argv[0], argv[2]);
+        return 2;
+    }
+    /* the driver first, as a CUDA application has it: ncclmpi finds it in the process */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        fprintf(stderr, "%s: %s\n", argv[0], dlerror());
+        return 2;
+    }
+    CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(h, "cuInit");
+    CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain");
+    CUresult (*setcur)(CUcontext) = (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent");
+    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2");
+    CUcontext ctx;
+    if (!init || !retain || !setcur || !alloc || init(0) || retain(&ctx, 0) || setcur(ctx)) {
+        fprintf(stderr, "%s: the driver in the process cannot make a context\n", argv[0]);
+        return 2;
+    }
+    for (int k = 0; k < BURST; k++) {
+        CUdeviceptr p;
+        if (alloc(&p, 64)) return 2;
+        dbuf[k] = (float *)p;
+    }
+    MPI_Init(&argc, &argv);
+    /* the first calls make the communicator's NCCL communicator: a nonblocking one marks it, the
+     * next blocking collective creates it */
+    dv_loop(kind, kind == K_BURST ? BURST : 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    dv_loop(kind, kind == K_BURST ? BURST : 1);
+    /* the route taken: ncclmpi_get_stats counts routes per function (layout repeated here) */
+    typedef struct { unsigned long long calls, fortran_calls, route[4]; } dv_stats_t;
+    int (*get)(const char *, dv_stats_t *) = (int (*)(const char *, dv_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    const char *fn = kind == K_BCAST ? "Bcast" : kind == K_ALLREDUCE ? "Allreduce" : "Iallreduce";
+    dv_stats_t s0, s1;
+    int ok = get && get(fn, &s0) == 0;
+    dv_loop(kind, n);
+    ok = ok && get(fn, &s1) == 0 && s1.route[1] - s0.route[1] == (unsigned long long)n && s1.route[2] == s0.route[2];
+    double ns = 0;
+    if (timed) {
+        double t0 = now_ns();
+        dv_loop(kind, n);
+        ns = (now_ns() - t0) / (n ? n : 1);
+    }
+    if (timed) printf("kind=%s n=%ld ok=%d ns_per_call=%.1f\n", kind_name[kind], n, ok && !errors, ns);
+    else printf("kind=%s n=%ld ok=%d\n", kind_name[kind], n, ok && !errors);
+    MPI_Finalize();
+    return errors ? 1 : 0;
+}
