@@ -13,7 +13,8 @@
 # Every call of the burst is queued (NCCLMPI_COALESCE_WINDOW widened to 0.1 s, or as set).
 # "of which stand-ins": the part spent inside the stand-in driver and NCCL (their own lookups);
 # the layer's own count is the difference.
-# Environment: KINDS (default "allreduce bcast iallreduce burst"), KEEP=1 keeps the callgrind
+# Environment: LIB (the library to measure; default BUILD_DIR/.libs/libncclmpi.so),
+#   KINDS (default "allreduce bcast iallreduce burst"), KEEP=1 keeps the callgrind
 #   files, ANNOTATE=1 prints the top functions of the N2 run, NO_TIME=1 skips the timing.
 # Exit status: 0, or 2 on a setup error (valgrind missing, a call that did not take the NCCL route).
 set -u
@@ -24,7 +25,7 @@ N2=${3:-3200}
 KINDS=${KINDS:-allreduce bcast iallreduce burst}
 make -C "$B" bench/device_overhead test/unit/libfakecuda.la test/unit/libfakenccl.la >/dev/null || exit 2
 prog="$B/bench/device_overhead"
-lib="$B/.libs/libncclmpi.so"
+lib=${LIB:-$B/.libs/libncclmpi.so}  # LIB: another build of the library, to compare
 VALGRIND=${VALGRIND:-$(command -v valgrind)}
 [ -n "$VALGRIND" ] || { echo "$0: valgrind not found (Debian: apt-get install valgrind)" >&2; exit 2; }
 
