@@ -18,6 +18,7 @@
 #   files, ANNOTATE=1 prints the top functions of the N2 run, NO_TIME=1 skips the timing.
 # Exit status: 0, or 2 on a setup error (valgrind missing, a call that did not take the NCCL route).
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 [ $# -eq 1 ] || [ $# -eq 3 ] || { echo "usage: $0 BUILD_DIR [N1 N2]" >&2; exit 2; }
 B=$(cd "$1" 2>/dev/null && pwd) || { echo "$0: no build directory $1" >&2; exit 2; }
 N1=${2:-640}

@@ -17,6 +17,7 @@
 # Exit status: 0 when every kind adds <= LIMIT instructions per call, 1 when one adds more,
 #   2 on a usage or setup error (missing valgrind, program not built, preload not effective).
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 
 usage() { echo "usage: $0 BUILD_DIR [N1 N2]" >&2; exit 2; }
 [ $# -eq 1 ] || [ $# -eq 3 ] || usage

@@ -154,6 +154,19 @@ def reject_resets(r, fortran):
     return out
 
 
+def slow_split(n, f, act, fn, cond, slow_body):
+    """A wrapper whose work happens only when cond holds: that work and the PMPI call live in a
+    non-inlined nm_slow_ function, so that both branches of nm_impl_ end in a tail call and the
+    fast path saves no registers (a count, the test, a jump)."""
+    return ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{"] + \
+           ["    " + x for x in slow_body] + \
+           ["    return PMPI_%s(%s);" % (n, act), "}",
+            "int nm_impl_%s(%s)" % (n, f), "{",
+            "    NM_COUNT_CALL(%s);" % fn,
+            "    if (NM_UNLIKELY(%s)) return nm_slow_%s(%s);" % (cond, n, act),
+            "    return PMPI_%s(%s);" % (n, act)]
+
+
 def c_wrapper(r):
     n, f, act = r["name"], formals(r), actuals(r)
     out = ["int nm_impl_%s(%s)" % (n, f), "{"]
@@ -187,6 +200,7 @@ def c_wrapper(r):
         out += ["        " + s for s in reject_resets(r, False)]
         out += ["        return %s;" % reject_raise(r, False),
                 "    }",
+                "    nm_trace_call(%s);" % fn,
                 "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
                 "    return PMPI_%s(%s);" % (n, act),
                 "}",
@@ -196,46 +210,41 @@ def c_wrapper(r):
                 "    return nm_slow_%s(%s);" % (n, act)]
     elif p == "PASS":
         # may wait, or be polled while waiting: nothing may stay queued behind it
-        out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
-                "    return PMPI_%s(%s);" % (n, act)]
+        out = slow_split(n, f, act, fn, "nm_hot.queued", ["nm_flush_fn(%s);" % fn])
     elif p == "SYNC":
         # a synchronizing call on a communicator (a barrier): flush, and a blocking one may make
         # the communicator's pending NCCL communicator (every rank is in it)
         roles = {a["role"]: a["name"] for a in r["args"]}
         blocking = "0" if r["flags"] == "NB" else "1"
-        out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, %s);" % (roles.get("COMM", "MPI_COMM_NULL"), blocking),
-                "    return PMPI_%s(%s);" % (n, act)]
+        out = slow_split(n, f, act, fn, "nm_hot.slow",
+                         ["nm_sync(%s, %s, %s);" % (fn, roles.get("COMM", "MPI_COMM_NULL"), blocking)])
     elif p == "PROGRESS":
-        out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_work_pending())) nm_progress();",
-                "    return PMPI_%s(%s);" % (n, act)]
+        out = slow_split(n, f, act, fn, "nm_work_pending()", ["nm_progress_fn(%s);" % fn])
     elif p == "WAIT":
         roles = {a["role"]: a["name"] for a in r["args"]}
         if "NREQ" in roles:
             reqs, nreq = roles["REQS"], roles["NREQ"]
         else:
             reqs, nreq = roles["REQIO"], "1"
-        out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_work_pending())) {",
-                "        if (nm_tasks_owns(%s, %s)) return nm_wait_%s(%s);" % (nreq, reqs, n.lower(), act),
-                "        nm_flush();",
-                "    }",
-                "    return PMPI_%s(%s);" % (n, act)]
+        out = slow_split(n, f, act, fn, "nm_work_pending()",
+                         ["nm_trace_call(%s);" % fn,
+                          "if (nm_tasks_owns(%s, %s)) return nm_wait_%s(%s);" % (nreq, reqs, n.lower(), act),
+                          "nm_flush();"])
     elif p == "INIT":
         out += ["    NM_COUNT_CALL(%s);" % fn,
                 "    int rc = PMPI_%s(%s);" % (n, act),
                 "    if (rc == MPI_SUCCESS) nm_after_init();",
+                "    nm_trace_call(%s);" % fn,
                 "    return rc;"]
     elif p == "FINALIZE":
         out += ["    NM_COUNT_CALL(%s);" % fn,
+                "    nm_trace_call(%s);" % fn,
                 "    nm_before_finalize();",
                 "    return PMPI_%s(%s);" % (n, act)]
     elif p == "COMMNEW":
         roles = {a["role"]: a["name"] for a in r["args"]}
         out += ["    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, 1);" % roles["COMM"],
+                "    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, %s, 1);" % (fn, roles["COMM"]),
                 "    int rc = PMPI_%s(%s);" % (n, act),
                 "    if (rc == MPI_SUCCESS) nm_comm_created(%s, *%s);" % (roles["COMM"], roles["NEWCOMM"]),
                 "    return rc;"]
@@ -364,10 +373,10 @@ def f_wrapper(r):
     forward = "NM_F_FORWARD(pmpi_%s_, \"%s\", %s);" % (low, n, fact)
     roles = {a["role"]: a["name"] for a in r["args"]}
     if p == "PASS":
-        out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();", "    " + forward]
+        out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn, "    " + forward]
     elif p == "SYNC":
         blocking = "0" if r["flags"] == "NB" else "1"
-        out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(PMPI_Comm_f2c(*%s), %s);" % (roles["COMM"], blocking),
+        out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, PMPI_Comm_f2c(*%s), %s);" % (fn, roles["COMM"], blocking),
                 "    " + forward]
     elif p == "REJECT":
         bufs = reject_bufs(r, True)
@@ -378,16 +387,17 @@ def f_wrapper(r):
         out += ["            *ierr = %s;" % reject_raise(r, True),
                 "            return;",
                 "        }",
+                "        nm_trace_call(%s);" % fn,
                 "        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
                 "    }",
                 "    " + forward]
     elif p == "INIT":
-        out += ["    " + forward, "    if (*ierr == MPI_SUCCESS) nm_after_init();"]
+        out += ["    " + forward, "    if (*ierr == MPI_SUCCESS) nm_after_init();", "    nm_trace_call(%s);" % fn]
     elif p == "FINALIZE":
-        out += ["    nm_before_finalize();", "    " + forward]
+        out += ["    nm_trace_call(%s);" % fn, "    nm_before_finalize();", "    " + forward]
     elif p == "COMMNEW":
         c, nc = roles["COMM"], roles["NEWCOMM"]
-        out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(PMPI_Comm_f2c(*%s), 1);" % c,
+        out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, PMPI_Comm_f2c(*%s), 1);" % (fn, c),
                 "    " + forward,
                 "    if (*ierr == MPI_SUCCESS) nm_comm_created(PMPI_Comm_f2c(*%s), PMPI_Comm_f2c(*%s));" % (c, nc)]
     else:
@@ -400,7 +410,7 @@ def f_wrapper(r):
         pre, acts, post = f_convert(r)
         out += ["    if (NM_LIKELY(%s)) {" % cond]
         if p == "DATA":  # a host call still ends any run of queued nonblocking operations
-            out += ["        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();"]
+            out += ["        if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn]
         out += ["        " + forward, "        return;", "    }",
                 "    NM_STAT_INC(nm_stats.fcalls_c[%s]);" % fn]
         out += ["    " + s for s in pre]

@@ -446,8 +446,9 @@ extern "C" int nm_leave_slow(nm_op_t *o, int rc)
     return st == NM_OK ? rc : raise_error(o, st, "copy back to the device failed");
 }
 
-extern "C" void nm_sync(MPI_Comm comm, int blocking_collective)
+extern "C" void nm_sync(int fn, MPI_Comm comm, int blocking_collective)
 {
+    nm_trace_call(fn);
     if (depth || !initialized || finalized) return;
     DepthGuard dg;
     nm_flush();
@@ -457,6 +458,8 @@ extern "C" void nm_sync(MPI_Comm comm, int blocking_collective)
     std::lock_guard<std::mutex> g(cs->mu);
     comm_create(cs, cs->pending_device);
 }
+
+extern "C" void nm_trace_call_slow(int fn) { NM_TRACE(CALL, "MPI_%s", nm_fn_names[fn]); }
 
 extern "C" void nm_after_init(void)
 {

@@ -35,6 +35,14 @@ typedef struct nm_hot {
 extern nm_hot_t nm_hot;
 
 static inline int nm_host_fast(void) { return !nm_hot.slow && nm_hot.tail->l_next == NULL; }
+/* NCCLMPI_LOG=TRACE sets this bit in nm_hot.queued (and nm_hot.slow) at load, so that every
+ * wrapper takes its slow branch, where it traces the call: no test on the fast path */
+#define NM_TRACE_BIT (1 << 30)
+void nm_trace_call_slow(int fn);
+static inline void nm_trace_call(int fn)
+{
+    if (__builtin_expect((__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) & NM_TRACE_BIT) != 0, 0)) nm_trace_call_slow(fn);
+}
 static inline int nm_tasks_pending(void) { return __atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED) != 0; }
 /* ncclmpi has work that an MPI call must move along: tasks to complete or operations to launch */
 static inline int nm_work_pending(void)
@@ -56,9 +64,11 @@ void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm);
 /* A blocking or otherwise synchronizing call on comm (MPI_COMM_NULL: none) is about to enter the
  * real MPI: launch what is queued; a blocking collective may create comm's pending NCCL
  * communicator (every rank is in it). Called only when nm_hot.slow. */
-void nm_sync(MPI_Comm comm, int blocking_collective);
+void nm_sync(int fn, MPI_Comm comm, int blocking_collective);
 /* Launch queued operations (any call that may wait must not leave them queued). */
 void nm_flush(void);
+/* the same, from the wrapper of MPI function fn (traced under NCCLMPI_LOG=TRACE) */
+void nm_flush_fn(int fn);
 
 /* REJECT rows (src/core/reject.cc): calls whose buffers ncclmpi does not run on device memory.
  * One buffer: pointer, element count (0: not significant; -1: not known here, significant),
@@ -80,6 +90,7 @@ int nm_reject_file(int fn, MPI_File fh);
 
 /* Tasks behind user requests (generalized requests completed by ncclmpi). */
 void nm_progress(void);
+void nm_progress_fn(int fn);  /* from the wrapper of MPI function fn (traced) */
 int nm_tasks_owns(int n, const MPI_Request *reqs);
 /* ncclmpi_group_begin / ncclmpi_group_end (include/ncclmpi.h) */
 int nm_group_begin(void);

@@ -1,6 +1,7 @@
 #!/bin/sh
-# scripts.sh BUILDDIR SRCDIR: ncclmpi_exec and tools/quickstart.sh answer --help, and a wrong
-# option or command with usage and status 2, before doing anything (quickstart builds nothing);
+# scripts.sh BUILDDIR SRCDIR: ncclmpi_exec, tools/quickstart.sh, tools/gpu_check.sh and the
+# overhead benchmarks answer --help, and a wrong option or command with usage and status 2,
+# before doing anything (quickstart builds nothing);
 # ncclmpi_exec preloads the library (NCCLMPI_LIB) and says so when it is missing.
 b=$1; s=$2
 exe="$b/tools/ncclmpi_exec"
@@ -32,4 +33,10 @@ bash "$q" tset >"$out" 2>"$err"; [ $? = 2 ] || fail "quickstart.sh tset: status 
 grep -q "unknown command 'tset'" "$err" && grep -q '^usage:' "$err" || fail "quickstart.sh tset: no usage"
 grep -q 'installing' "$out" "$err" && fail "quickstart.sh tset installs"
 bash "$q" demo extra >"$out" 2>"$err"; [ $? = 2 ] || fail "quickstart.sh demo extra: status is not 2"
+# the GPU check and the overhead benchmarks: --help prints their header and does nothing else
+for sc in tools/gpu_check.sh:Usage bench/host_overhead.sh:host_overhead.sh bench/device_overhead.sh:device_overhead.sh; do
+  f=${sc%%:*}; word=${sc#*:}
+  bash "$s/$f" --help >"$out" 2>"$err" || fail "$f --help: status"
+  grep -q "$word" "$out" && [ ! -s "$err" ] || fail "$f --help: no usage"
+done
 echo "scripts: ok"

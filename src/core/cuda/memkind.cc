@@ -101,7 +101,10 @@ __attribute__((constructor)) static void nm_memkind_boot()
     nm_config_load();
     // NCCLMPI_AGREE: every collective of every rank must vote, also where no CUDA driver is loaded
     if (nm_cfg.AGREE && !nm_cfg.DISABLE) nm_hot.slow = 1;
-    // NCCLMPI_LOG=TRACE: every call with buffers is traced, also where no CUDA driver is loaded
-    if (nm_cfg.LOG >= NM_LOG_TRACE && !nm_cfg.DISABLE) nm_hot.slow = 1;
+    // NCCLMPI_LOG=TRACE: every intercepted call is traced, also where no CUDA driver is loaded
+    if (nm_cfg.LOG >= NM_LOG_TRACE && !nm_cfg.DISABLE) {
+        nm_hot.slow = 1;
+        __atomic_or_fetch(&nm_hot.queued, NM_TRACE_BIT, __ATOMIC_RELAXED);  // every wrapper traces
+    }
     nm_linkmap_refresh();
 }

@@ -277,6 +277,18 @@ extern "C" void nm_flush(void)
     if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) engine_flush_all();
 }
 
+extern "C" void nm_flush_fn(int fn)
+{
+    nm_trace_call(fn);
+    nm_flush();
+}
+
+extern "C" void nm_progress_fn(int fn)
+{
+    nm_trace_call(fn);
+    nm_progress();
+}
+
 extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 {
     MtLock<std::recursive_mutex> g(tasks_mu);
