@@ -7,7 +7,9 @@
  * NCCL, and writes CSV.
  *
  *   mpirun -np 4 -x LD_PRELOAD=libncclmpi.so coll_bench [-b 8] [-e 1G] [-f 4] [-o out.csv]
- *          [-c allreduce,bcast,allgather,reduce_scatter,alltoall] [-w staged_max_bytes]
+ *          [-c allreduce,bcast,allgather,reduce_scatter,alltoall] [-w staged_max_bytes] [-r 1]
+ *   -r 1   raw NCCL only (no MPI call on device buffers: runs without libncclmpi, for example as
+ *          the control of a compute-sanitizer run)
  */
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -131,7 +133,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     size_t minb = 8, maxb = 1 << 30, staged_max = 256 << 20;
-    int factor = 4;
+    int factor = 4, raw_only = 0;
     const char *csv = "coll_bench.csv", *colls = "allreduce,bcast,allgather,reduce_scatter,alltoall";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b")) minb = parse_size(argv[i + 1]);
@@ -140,6 +142,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-o")) csv = argv[i + 1];
         else if (!strcmp(argv[i], "-c")) colls = argv[i + 1];
         else if (!strcmp(argv[i], "-w")) staged_max = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-r")) raw_only = atoi(argv[i + 1]);
     }
     int ndev, lrank;
     MPI_Comm node;
@@ -176,9 +179,9 @@ int main(int argc, char **argv)
             size_t n = per_rank_elems(c, bytes);
             if (n == 0) continue;
             int iters = bytes <= (1 << 20) ? 200 : bytes <= (64 << 20) ? 40 : 10;
-            double tm = time_it(run_mpi, c, n, iters);
             double tn = time_it(run_nccl, c, n, iters);
-            double ts = bytes <= staged_max ? time_it(run_staged, c, n, iters > 20 ? 20 : iters) : 0;
+            double tm = raw_only ? tn : time_it(run_mpi, c, n, iters);
+            double ts = !raw_only && bytes <= staged_max ? time_it(run_staged, c, n, iters > 20 ? 20 : iters) : 0;
             double f = busbw_factor(c), gb = 1e9;
             double bm = bytes / tm / gb * f, bn = bytes / tn / gb * f, bs = ts > 0 ? bytes / ts / gb * f : 0;
             if (rank == 0) {

@@ -57,6 +57,12 @@ sanitize)
       --print-limit 20 "test/gpu/$prog" "$@" >> "$log" 2>&1
     echo "== memcheck np=$np $prog $*: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$log") clean summaries so far)"
   done; IFS=' '; set +f
+  # the control: raw NCCL alone (no ncclmpi) under the same memcheck, to tell NCCL's own reports
+  echo "== memcheck control: raw NCCL alltoall and allreduce, no ncclmpi" >> "$OUT/sanitize.log"
+  timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 plain "$cs" --tool memcheck --report-api-errors no \
+    --target-processes all --print-limit 20 bench/coll_bench -r 1 -c alltoall,allreduce -b 8 -e 1M -f 64 \
+    -o "$OUT/control.csv" >> "$OUT/sanitize.log" 2>&1
+  echo "== memcheck control (raw NCCL): exit $?"
   grep -E "ERROR SUMMARY" "$OUT/sanitize.log" | sort | uniq -c
   exit 0 ;;
 esac
