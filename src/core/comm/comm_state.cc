@@ -29,7 +29,7 @@ static thread_local struct {
     MPI_Comm comm;
     CommState *cs;
     uint64_t gen;
-} comm_cache;
+} comm_cache __attribute__((tls_model("initial-exec")));  // static TLS: one load (see dtype.cc)
 
 static int comm_delete_fn(MPI_Comm, int, void *val, void *)
 {

@@ -14,12 +14,14 @@ static std::unordered_map<MPI_Datatype, DtypeInfo> predefined_cache;
 static int keyval = MPI_KEYVAL_INVALID;
 
 static uint64_t dtype_gen = 1;
+// initial-exec: the library is preloaded or linked, so its TLS is static and a lookup is one
+// load (the general model calls __tls_get_addr on every access)
 static thread_local struct {
     MPI_Datatype dt;
     const DtypeInfo *info;
     uint64_t gen;
-} dcache[4];
-static thread_local unsigned dcache_next;
+} dcache[4] __attribute__((tls_model("initial-exec")));
+static thread_local unsigned dcache_next __attribute__((tls_model("initial-exec")));
 
 static int free_info(MPI_Datatype, int, void *val, void *)
 {

@@ -186,7 +186,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         *err = "no NCCL communicator";
         return NM_ERR_NCCL;
     }
-    std::lock_guard<std::recursive_mutex> use(pg->use_mu());  // the abort waits for this launch
+    MtLock<std::recursive_mutex> use(pg->use_mu());  // the abort waits for this launch (threads)
     if (pg->failed()) {
         *err = pg->fail_reason();
         return NM_ERR_NCCL;
@@ -322,9 +322,9 @@ static void flush_singletons(CommState *cs)
     rounds_reap(cs->rounds);
 }
 
-// cs->mu, taken for a communicator's queue. A flush that found it held (engine_flush_all) asks the
-// holder to launch the queue as singletons before it lets go: the holder may be a thread that only
-// appends, so the request must not be lost.
+// cs->mu, taken for a communicator's queue under MPI_THREAD_MULTIPLE. A flush that found it held
+// (engine_flush_all) asks the holder to launch the queue as singletons before it lets go: the
+// holder may be a thread that only appends, so the request must not be lost.
 class QueueLock {
   public:
     explicit QueueLock(CommState *cs) : cs_(cs), g_(cs->mu) {}
@@ -335,7 +335,7 @@ class QueueLock {
 
   private:
     CommState *cs_;
-    std::lock_guard<std::mutex> g_;
+    MtLock<std::mutex> g_;  // below MPI_THREAD_MULTIPLE no other thread is in ncclmpi
 };
 
 // Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it.
@@ -448,7 +448,7 @@ void engine_flush_all_except(const CommState *keep)
 }
 
 // ---- explicit groups -------------------------------------------------------------------------
-static thread_local int group_depth;
+static thread_local int group_depth __attribute__((tls_model("initial-exec")));
 static thread_local std::vector<Op *> group_ops;
 
 int engine_group_depth() { return group_depth; }
