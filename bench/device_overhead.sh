@@ -57,7 +57,7 @@ ir() { # N KIND: instructions inside dv_loop
     sed -n 's/^summary: *//p' "$out"
 }
 stand_ins() { # N KIND: instructions inside the stand-in driver and NCCL
-    callgrind_annotate --inclusive=no "$tmp/cg.$2.$1" 2>/dev/null > "$tmp/ann.$2.$1"
+    callgrind_annotate --inclusive=no --threshold=100 "$tmp/cg.$2.$1" 2>/dev/null > "$tmp/ann.$2.$1"
     awk '/libfake(cuda|nccl)\.so\]$/ { v=$1; gsub(",", "", v); t += v } END { print t + 0 }' "$tmp/ann.$2.$1"
 }
 printf "%-11s %14s %22s %12s\n" kind "instr/call" "of which stand-ins" "ns/call"
@@ -70,9 +70,9 @@ for k in $KINDS; do
     [ "${NO_TIME:-0}" = 1 ] || ns=$(run "$prog" 200000 "$k" --time | sed -n 's/.*ns_per_call=//p')
     printf "%-11s %14d %22d %12s\n" "$k" "$per" "$fake" "$ns"
     if [ "${ANNOTATE:-0}" = 1 ]; then  # instructions per call by function (self), the N2 - N1 difference
-        awk -v d=$((N2 - N1)) 'function key(line) { sub(/^ *[0-9,]+ *\([ 0-9.%]+\) */, "", line); return line }
-            /^ *[0-9,]+ / { v=$1; gsub(",", "", v); if (FILENAME == ARGV[1]) a[key($0)] = v; else b[key($0)] = v }
-            END { for (f in b) { x = (b[f] - a[f]) / d; if (x >= 20) printf "%10.0f  %s\n", x, substr(f, 1, 150) } }' \
+        awk -v d=$((N2 - N1)) -v m="${ANNOTATE_MIN:-20}" 'function key(line) { sub(/^ *[0-9,]+ *\([ 0-9.%]+\) */, "", line); return line }
+            /^ *[0-9,]+ / && !/=>/ { v=$1; gsub(",", "", v); if (FILENAME == ARGV[1]) a[key($0)] = v; else b[key($0)] = v }
+            END { for (f in b) { x = (b[f] - a[f]) / d; if (x >= m) printf "%10.0f  %s\n", x, substr(f, 1, 150) } }' \
             "$tmp/ann.$k.$N1" "$tmp/ann.$k.$N2" | sort -rn | head -30
     fi
 done
