@@ -48,4 +48,63 @@ static inline int gpu_select(int *ndev_out)
     if (ndev_out) *ndev_out = ndev;
     return lsize <= ndev;
 }
+/* memory of every kind, read and written through one path */
+enum { MK_DEV, MK_MALLOC, MK_PINNED, MK_MANAGED };
+static const char *const mk_name[] __attribute__((unused)) = {"cudaMalloc", "malloc", "cudaMallocHost", "cudaMallocManaged"};
+
+static inline void *mk_alloc(int kind, size_t n)
+{
+    void *p = NULL;
+    if (n == 0) n = 1;
+    switch (kind) {
+        case MK_DEV:
+            CUDACHECK(cudaMalloc(&p, n));
+            break;
+        case MK_PINNED:
+            CUDACHECK(cudaMallocHost(&p, n));
+            break;
+        case MK_MANAGED:
+            CUDACHECK(cudaMallocManaged(&p, n, cudaMemAttachGlobal));
+            break;
+        default:
+            p = malloc(n);
+            if (!p) {
+                fprintf(stderr, "out of memory (%zu bytes)\n", n);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+    }
+    return p;
+}
+
+static inline void mk_free(int kind, void *p)
+{
+    if (!p) return;
+    switch (kind) {
+        case MK_DEV:
+        case MK_MANAGED:
+            CUDACHECK(cudaFree(p));
+            break;
+        case MK_PINNED:
+            CUDACHECK(cudaFreeHost(p));
+            break;
+        default:
+            free(p);
+    }
+}
+
+static inline void put_bytes(int kind, void *dst, const void *src, size_t n)
+{
+    if (kind == MK_MALLOC)
+        memcpy(dst, src, n);
+    else
+        CUDACHECK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+}
+
+static inline void get_bytes(int kind, void *dst, const void *src, size_t n)
+{
+    if (kind == MK_MALLOC)
+        memcpy(dst, src, n);
+    else
+        CUDACHECK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+}
 #endif

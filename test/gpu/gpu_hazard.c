@@ -92,71 +92,13 @@ static void watchdog_start(void)
 /* ---------------------------------------------------------------------------------------- */
 /* memory of every kind, read and written through one path                                 */
 
-enum { MK_DEV, MK_MALLOC, MK_PINNED, MK_MANAGED };
-static const char *mk_name[] = {"cudaMalloc", "malloc", "cudaMallocHost", "cudaMallocManaged"};
 #define POISON 0xAB
 #define GUARD 256
-
-static void *mk_alloc(int kind, size_t n)
-{
-    void *p = NULL;
-    if (n == 0) n = 1;
-    switch (kind) {
-        case MK_DEV:
-            CUDACHECK(cudaMalloc(&p, n));
-            break;
-        case MK_PINNED:
-            CUDACHECK(cudaMallocHost(&p, n));
-            break;
-        case MK_MANAGED:
-            CUDACHECK(cudaMallocManaged(&p, n, cudaMemAttachGlobal));
-            break;
-        default:
-            p = malloc(n);
-            if (!p) {
-                fprintf(stderr, "gpu_hazard: out of memory (%zu bytes)\n", n);
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-    }
-    return p;
-}
-
-static void mk_free(int kind, void *p)
-{
-    if (!p) return;
-    switch (kind) {
-        case MK_DEV:
-        case MK_MANAGED:
-            CUDACHECK(cudaFree(p));
-            break;
-        case MK_PINNED:
-            CUDACHECK(cudaFreeHost(p));
-            break;
-        default:
-            free(p);
-    }
-}
 
 /* the kind "device" buffers get: cudaMalloc, or malloc with --host */
 static int dev_kind(void)
 {
     return host_mode ? MK_MALLOC : MK_DEV;
-}
-
-static void put_bytes(int kind, void *dst, const void *src, size_t n)
-{
-    if (kind == MK_MALLOC)
-        memcpy(dst, src, n);
-    else
-        CUDACHECK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
-}
-
-static void get_bytes(int kind, void *dst, const void *src, size_t n)
-{
-    if (kind == MK_MALLOC)
-        memcpy(dst, src, n);
-    else
-        CUDACHECK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
 }
 
 /* A buffer of n bytes with GUARD poisoned bytes on each side; p is what MPI is given. */

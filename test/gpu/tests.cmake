@@ -93,3 +93,17 @@ set_tests_properties(mpi_hazard_uint8_sum_np2_host mpi_hazard_uint8_sum_np3_host
                      ENVIRONMENT "OMPI_MCA_op=^avx")
 add_test(mpi_hazard_progress_np2_host_tcp "${RUN}" 2 preload --mca pml ob1 --mca btl tcp,self "${NM_HAZARD}" --host progress)
 set_tests_properties(mpi_hazard_progress_np2_host_tcp PROPERTIES LABELS "mpi" TIMEOUT 120)
+
+# gpu_p2p: random point-to-point matching (wildcards, probes, truncation, cancel, MPI_PROC_NULL,
+# self sends) on device, pinned and malloc buffers, checked against the plan every rank derives
+# from the seed; on malloc buffers only with --host (label mpi, up to 1 MiB messages)
+foreach(np 2 3 4)
+  foreach(seed 1 2)
+    add_test(gpu_p2p_np${np}_seed${seed} ${GRUN} ${np} "${B}/test/gpu/gpu_p2p" --seed ${seed})
+    set_tests_properties(gpu_p2p_np${np}_seed${seed} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
+foreach(np 2 3)
+  add_test(mpi_p2p_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_p2p" --host --max 1048576 --seed ${np})
+  set_tests_properties(mpi_p2p_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
+endforeach()
