@@ -181,7 +181,10 @@ void ProcessGroup::destroy()
         }
         for (CUevent e : all_events_) cu.cuEventDestroy(e);
         if (stream_) cu.cuStreamDestroy(stream_);
-        if (flags_) cu.cuMemFreeHost(const_cast<uint64_t *>(flags_));
+        // a launch that failed may not have written its ticket yet (an aborted NCCL kernel, a
+        // timed-out one on the legacy stream): then the GPU may still write here, so the slots stay
+        if (flags_ && flags_[0] >= tickets_[0] && flags_[1] >= tickets_[1])
+            cu.cuMemFreeHost(const_cast<uint64_t *>(flags_));
     }
     flags_ = nullptr;
     all_events_.clear();
