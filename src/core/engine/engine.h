@@ -23,9 +23,9 @@ namespace ncclmpi {
 // The real MPI runs at MPI_THREAD_MULTIPLE (set at MPI_Init).
 extern int nm_thread_multiple;
 
-// A lock that only MPI_THREAD_MULTIPLE needs, for the engine's pools and task lists: at a lower
-// thread level one thread at a time is inside MPI, so inside ncclmpi (the application's own
-// synchronisation orders them), and the lock costs nothing.
+// A lock that only MPI_THREAD_MULTIPLE needs (the engine's pools, task lists, communicator queues
+// and NCCL use): at a lower thread level one thread at a time is inside MPI, so inside ncclmpi
+// (the application's own synchronisation orders them), and the lock costs nothing.
 template <class M>
 class MtLock {
   public:
