@@ -226,10 +226,12 @@ def c_wrapper(r):
             reqs, nreq = roles["REQS"], roles["NREQ"]
         else:
             reqs, nreq = roles["REQIO"], "1"
+        # a Test form that is not ncclmpi's still moves ncclmpi's tasks along (the Wait forms
+        # block in the real MPI on the application's own requests)
         out = slow_split(n, f, act, fn, "nm_work_pending()",
                          ["nm_trace_call(%s);" % fn,
                           "if (nm_tasks_owns(%s, %s)) return nm_wait_%s(%s);" % (nreq, reqs, n.lower(), act),
-                          "nm_flush();"])
+                          "nm_progress();" if r["kind"] == "TEST" else "nm_flush();"])
     elif p == "INIT":
         out += ["    NM_COUNT_CALL(%s);" % fn,
                 "    int rc = PMPI_%s(%s);" % (n, act),

@@ -99,6 +99,10 @@ int nm_wait_wait(MPI_Request *request, MPI_Status *status);
 int nm_wait_waitall(int count, MPI_Request reqs[], MPI_Status *statuses);
 int nm_wait_waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status);
 int nm_wait_waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[]);
+int nm_wait_test(MPI_Request *request, int *flag, MPI_Status *status);
+int nm_wait_testall(int count, MPI_Request reqs[], int *flag, MPI_Status *statuses);
+int nm_wait_testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status *status);
+int nm_wait_testsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[]);
 
 #ifdef __cplusplus
 }

@@ -1540,10 +1540,13 @@ static void sc_explicit_group(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* 18. fault: an injected NCCL failure (NCCLMPI_FAULT=0:20) surfaces as an error return      */
+/* 18. fault, fault_nb: an injected NCCL failure (NCCLMPI_FAULT=0:20) surfaces as an error return  */
 
-static void sc_fault(void)
+/* nb: MPI_Iallreduce + MPI_Wait, so the failure reaches the rank after the call returned, in the
+ * Wait, which must report it through the communicator's handler (MPI_ERRORS_RETURN) */
+static void fault_run(int nb)
 {
+    const char *call = nb ? "Iallreduce + Wait" : "Allreduce";
     MPI_Comm c = fresh_dup();
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     const int n = 1024;
@@ -1557,24 +1560,36 @@ static void sc_fault(void)
     double t0 = MPI_Wtime(), terr = 0;
     for (int it = 0; it < 200; it++) {
         STEP();
-        rc = MPI_Allreduce(s.p, r.p, n, MPI_FLOAT, MPI_SUM, c);
+        if (nb) {
+            MPI_Request q;
+            MPI_Status st;
+            st.MPI_ERROR = -12345;
+            rc = MPI_Iallreduce(s.p, r.p, n, MPI_FLOAT, MPI_SUM, c, &q);
+            if (rc == MPI_SUCCESS) {
+                rc = MPI_Wait(&q, &st);
+                CHECK(rc == MPI_SUCCESS || st.MPI_ERROR == rc, "MPI_Wait returned %d, status MPI_ERROR %d", rc, st.MPI_ERROR);
+                CHECK(q == MPI_REQUEST_NULL, "MPI_Wait left the request set");
+            }
+        } else {
+            rc = MPI_Allreduce(s.p, r.p, n, MPI_FLOAT, MPI_SUM, c);
+        }
         if (rc != MPI_SUCCESS) {
             first = it;
             terr = MPI_Wtime() - t0;
             break;
         }
         char what[64];
-        snprintf(what, sizeof(what), "Allreduce %d before the fault", it);
+        snprintf(what, sizeof(what), "%s %d before the fault", call, it);
         gb_expect(&r, want, 4, what);
     }
     if (first < 0) {
-        CHECK(0, "no error return in 200 device Allreduce (is NCCLMPI_FAULT=0:20 set?)");
+        CHECK(0, "no error return in 200 device %s (is NCCLMPI_FAULT=0:20 set?)", call);
     } else {
         int cls = -1, len = 0;
         char msg[MPI_MAX_ERROR_STRING] = "";
         MPI_Error_class(rc, &cls);
         MPI_Error_string(rc, msg, &len);
-        printf("gpu_hazard fault: rank %d: call %d failed after %.1f s: class %d: %s\n", rank, first, terr, cls, msg);
+        printf("gpu_hazard fault: rank %d: %s %d failed after %.1f s: class %d: %s\n", rank, call, first, terr, cls, msg);
         CHECK(cls == MPI_ERR_OTHER, "error class %d, want MPI_ERR_OTHER (%d)", cls, MPI_ERR_OTHER);
         CHECK(strstr(msg, "ncclmpi") != NULL, "error string does not name ncclmpi: \"%s\"", msg);
         STEP();
@@ -1593,6 +1608,9 @@ static void sc_fault(void)
     free(h);
     free(want);
 }
+
+static void sc_fault(void) { fault_run(0); }
+static void sc_fault_nb(void) { fault_run(1); }
 
 /* ---------------------------------------------------------------------------------------- */
 /* 19. kill: rank 1 dies; survivors must get an error return (NCCLMPI_TIMEOUT)              */
@@ -1785,6 +1803,7 @@ static const scenario_t scenarios[] = {
     {"coalesce_triggers", sc_coalesce_triggers, NULL, 2, 0, 0, 0, 0},
     {"explicit_group", sc_explicit_group, NULL, 1, 0, 0, 0, 0},
     {"fault", sc_fault, NULL, 1, 1, 0, 1, 0},
+    {"fault_nb", sc_fault_nb, NULL, 1, 1, 0, 1, 0},
     {"kill", sc_kill, NULL, 2, 1, 0, 1, 0},
     {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0},
 };

@@ -39,8 +39,8 @@ set_tests_properties(gpu_misc_np2_eager PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP
 set(NM_HAZARD "${B}/test/gpu/gpu_hazard")
 set(NM_HAZARD_SCENARIOS layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
     empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing
-    comm_free_outstanding dup_churn progress coalesce_triggers explicit_group fault fuzz)
-set(NM_HAZARD_NP3_SKIP fault)  # NCCL launches only
+    comm_free_outstanding dup_churn progress coalesce_triggers explicit_group fault fault_nb fuzz)
+set(NM_HAZARD_NP3_SKIP fault fault_nb)  # NCCL launches only
 foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
   foreach(np 2 3)
     list(FIND NM_HAZARD_NP3_SKIP ${sc} nm_skip)
@@ -58,7 +58,8 @@ foreach(np 2 3)
   # the 20th NCCL launch on world rank 0 fails; the other ranks time out after 10 s (NCCL route
   # only: at np 3 on 2 GPUs the ranks share a GPU and run staged, with no launch to fail)
   if(np EQUAL 2)
-    set_tests_properties(gpu_hazard_fault_np${np} PROPERTIES ENVIRONMENT "NCCLMPI_FAULT=0:20;NCCLMPI_TIMEOUT=10")
+    set_tests_properties(gpu_hazard_fault_np${np} gpu_hazard_fault_nb_np${np} PROPERTIES
+                         ENVIRONMENT "NCCLMPI_FAULT=0:20;NCCLMPI_TIMEOUT=10")
   endif()
   # Open MPI 4.1.4's op/avx adds 8-bit integers with saturation (MPI_SUM of 100 MPI_UNSIGNED_CHAR
   # gives 0xff): the same scenario without that component, to tell its bug from ncclmpi's
@@ -82,7 +83,7 @@ set_tests_properties(gpu_hazard_kill_np2 PROPERTIES LABELS "gpu" TIMEOUT 180 SKI
 # scenarios themselves against plain MPI semantics on machines without a GPU. fault and kill are
 # device only. uint8_sum runs without Open MPI 4.1.4's saturating op/avx component (see above).
 foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
-  if(NOT sc STREQUAL "fault")
+  if(NOT sc STREQUAL "fault" AND NOT sc STREQUAL "fault_nb")
     foreach(np 2 3)
       add_test(mpi_hazard_${sc}_np${np}_host "${RUN}" ${np} preload "${NM_HAZARD}" --host ${sc})
       set_tests_properties(mpi_hazard_${sc}_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)

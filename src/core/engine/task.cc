@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <vector>
 
@@ -18,6 +19,16 @@
 namespace ncclmpi {
 
 static std::recursive_mutex tasks_mu;
+
+// Failed requests not yet reported (by the generalized request's handle). Each holds one count of
+// nm_hot.pending, so the Wait and Test wrappers take their slow path until it is reported.
+struct Failure {
+    MPI_Comm comm;
+    int code;
+};
+static std::mutex failed_mu;
+static std::unordered_map<MPI_Request, Failure> failed;
+static thread_local int reporting;  // inside a wrapper that reports failures of the requests it completes
 static std::vector<Task *> pending;  // published, not yet complete
 static std::vector<Task *> retired;  // complete, waiting for the user to free the request
 static std::vector<Task *> free_tasks;
@@ -71,6 +82,7 @@ Task *Task::get(const nm_op_t *o)
     }
     t->fn_ = o->fn;
     t->kind_ = o->kind;
+    t->comm_ = o->comm;
     t->t0_ = nm_now_s();
     return t;
 }
@@ -79,6 +91,7 @@ void Task::recycle()
 {
     if (stage_) stage_release(stage_);
     fn_ = kind_ = 0;
+    comm_ = MPI_COMM_NULL;
     op_ = nullptr;
     inner_ = greq_ = MPI_REQUEST_NULL;
     stage_ = nullptr;
@@ -127,8 +140,26 @@ void Task::complete(int mpi_rc)
 {
     mpi_rc_ = mpi_rc;
     done_ = true;
-    __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    if (mpi_rc != MPI_SUCCESS) {  // reported by the wrapper that completes the request; its count stays
+        std::lock_guard<std::mutex> g(failed_mu);
+        failed[greq_] = Failure{comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, mpi_rc};
+    } else {
+        __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    }
     PMPI_Grequest_complete(greq_);
+}
+
+// The failure of a request that a wrapper just completed (its handle before the call), taken out.
+static bool take_failure(MPI_Request before, Failure *f)
+{
+    if (before == MPI_REQUEST_NULL) return false;
+    std::lock_guard<std::mutex> g(failed_mu);
+    auto it = failed.find(before);
+    if (it == failed.end()) return false;
+    *f = it->second;
+    failed.erase(it);
+    __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    return true;
 }
 
 bool Task::poll(uint64_t sweep)
@@ -180,14 +211,19 @@ int Task::query_fn(void *extra, MPI_Status *status)
         PMPI_Status_set_elements_x(status, MPI_BYTE, 0);
         PMPI_Status_set_cancelled(status, 0);
     }
-    status->MPI_ERROR = t->mpi_rc_;
-    return t->mpi_rc_;
+    status->MPI_ERROR = MPI_SUCCESS;  // a failure is reported by the wrapper (see task.h)
+    return MPI_SUCCESS;
 }
 
 int Task::free_fn(void *extra)
 {
+    Task *t = static_cast<Task *>(extra);
+    if (!reporting && t->mpi_rc_ != MPI_SUCCESS) {  // MPI_Request_free of a failed request: nobody will ask
+        Failure f;
+        take_failure(t->greq_, &f);
+    }
     MtLock<std::recursive_mutex> g(tasks_mu);
-    static_cast<Task *>(extra)->freed_ = true;
+    t->freed_ = true;
     return MPI_SUCCESS;
 }
 
@@ -230,10 +266,16 @@ void tasks_progress()
     if (!retired.empty()) tasks_reap();
 }
 
+static bool tasks_left()
+{
+    MtLock<std::recursive_mutex> g(tasks_mu);
+    return !pending.empty();
+}
+
 void tasks_drain()
 {
     engine_flush_all();
-    while (__atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED)) {
+    while (tasks_left()) {  // not nm_hot.pending: it also counts failures nobody asked for
         tasks_progress();
         mpi_progress();
         sched_yield();
@@ -291,10 +333,16 @@ extern "C" void nm_progress_fn(int fn)
 
 extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 {
-    MtLock<std::recursive_mutex> g(tasks_mu);
-    for (const Task *t : pending)
+    {
+        MtLock<std::recursive_mutex> g(tasks_mu);
+        for (const Task *t : pending)
+            for (int i = 0; i < n; i++)
+                if (reqs[i] == t->greq()) return 1;
+    }
+    std::lock_guard<std::mutex> g(failed_mu);
+    if (!failed.empty())
         for (int i = 0; i < n; i++)
-            if (reqs[i] == t->greq()) return 1;
+            if (failed.count(reqs[i])) return 1;
     return 0;
 }
 
@@ -346,34 +394,117 @@ static int wait_loop(Test test)
     }
 }
 
+// ---- failures of ncclmpi's requests, through the communicator's error handler --------------
+// A wrapper copies the handles before the real MPI call (which sets completed ones to
+// MPI_REQUEST_NULL), then reports the failures of those it completed.
+class Reporting {
+  public:
+    Reporting(int n, const MPI_Request *reqs) : before_(reqs, reqs + (n > 0 ? n : 0)) { reporting++; }
+    ~Reporting() { reporting--; }
+    MPI_Request before(int i) const { return before_[(size_t)i]; }
+
+  private:
+    std::vector<MPI_Request> before_;
+};
+
+// One request completed (index i of the call's array): its failure, if any, as the call's result.
+static int report_one(const Reporting &r, int i, MPI_Status *st, int rc)
+{
+    Failure f;
+    if (rc != MPI_SUCCESS || i < 0 || !take_failure(r.before(i), &f)) return rc;
+    if (st != MPI_STATUS_IGNORE) st->MPI_ERROR = f.code;
+    PMPI_Comm_call_errhandler(f.comm, f.code);
+    return f.code;
+}
+
+// Several completed (idx[k] for k < m, or all n when idx is null): MPI_ERR_IN_STATUS when one
+// failed, each status's MPI_ERROR set, the first failure's communicator's handler called.
+static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *sts, int rc)
+{
+    if (rc != MPI_SUCCESS || m == MPI_UNDEFINED) return rc;
+    MPI_Comm first = MPI_COMM_NULL;
+    for (int k = 0; k < m; k++) {
+        Failure f;
+        const bool bad = take_failure(r.before(idx ? idx[k] : k), &f);
+        if (bad && first == MPI_COMM_NULL) first = f.comm;
+        if (sts != MPI_STATUSES_IGNORE) sts[k].MPI_ERROR = bad ? f.code : MPI_SUCCESS;
+    }
+    if (first == MPI_COMM_NULL) return rc;
+    PMPI_Comm_call_errhandler(first, MPI_ERR_IN_STATUS);
+    return MPI_ERR_IN_STATUS;
+}
+
 extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
 {
     if (int e = open_group_error(1, req, "Wait")) return e;
     flush_for_wait(1, req, true);
-    return wait_loop([&](int *d) { return PMPI_Test(req, d, status); });
+    Reporting r(1, req);
+    return report_one(r, 0, status, wait_loop([&](int *d) { return PMPI_Test(req, d, status); }));
 }
 
 extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
 {
     if (int e = open_group_error(n, reqs, "Waitall")) return e;
     flush_for_wait(n, reqs, true);
-    return wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, sts); });
+    Reporting r(n, reqs);
+    return report_many(r, n, nullptr, sts, wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, sts); }));
 }
 
 extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st)
 {
     if (int e = open_group_error(n, reqs, "Waitany")) return e;
     flush_for_wait(n, reqs, false);
-    return wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
+    Reporting r(n, reqs);
+    int rc = wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
+    return report_one(r, *idx == MPI_UNDEFINED ? -1 : *idx, st, rc);
 }
 
 extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[], MPI_Status sts[])
 {
     if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
-    return wait_loop([&](int *d) {
+    Reporting r(n, reqs);
+    int rc = wait_loop([&](int *d) {
         int rc = PMPI_Testsome(n, reqs, outc, idx, sts);
         *d = *outc != 0;
         return rc;
     });
+    return report_many(r, *outc, idx, sts, rc);
+}
+
+// The Test forms: progress ncclmpi's tasks once, test, report.
+extern "C" int nm_wait_test(MPI_Request *req, int *flag, MPI_Status *status)
+{
+    if (int e = open_group_error(1, req, "Test")) return e;
+    nm_progress();
+    Reporting r(1, req);
+    int rc = PMPI_Test(req, flag, status);
+    return *flag ? report_one(r, 0, status, rc) : rc;
+}
+
+extern "C" int nm_wait_testall(int n, MPI_Request reqs[], int *flag, MPI_Status *sts)
+{
+    if (int e = open_group_error(n, reqs, "Testall")) return e;
+    nm_progress();
+    Reporting r(n, reqs);
+    int rc = PMPI_Testall(n, reqs, flag, sts);
+    return *flag ? report_many(r, n, nullptr, sts, rc) : rc;
+}
+
+extern "C" int nm_wait_testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *st)
+{
+    if (int e = open_group_error(n, reqs, "Testany")) return e;
+    nm_progress();
+    Reporting r(n, reqs);
+    int rc = PMPI_Testany(n, reqs, idx, flag, st);
+    return *flag && *idx != MPI_UNDEFINED ? report_one(r, *idx, st, rc) : rc;
+}
+
+extern "C" int nm_wait_testsome(int n, MPI_Request reqs[], int *outc, int idx[], MPI_Status sts[])
+{
+    if (int e = open_group_error(n, reqs, "Testsome")) return e;
+    nm_progress();
+    Reporting r(n, reqs);
+    int rc = PMPI_Testsome(n, reqs, outc, idx, sts);
+    return report_many(r, *outc, idx, sts, rc);
 }

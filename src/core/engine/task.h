@@ -3,6 +3,10 @@
 // mixed with the application's own requests; ncclmpi completes it when the work is done.
 // A task runs an Op on the NCCL route, or waits for the real MPI's request of a staged call and
 // then copies back. Tasks come from a pool.
+// A task that fails completes its generalized request as if it had succeeded and records the
+// error: the Wait and Test wrappers then report it through the error handler of the operation's
+// communicator, as the real MPI does for its own requests (it would raise a generalized request's
+// error on MPI_COMM_SELF's handler).
 #ifndef NM_CORE_TASK_H
 #define NM_CORE_TASK_H
 #include <mpi.h>
@@ -47,6 +51,7 @@ class Task {
 
     uint64_t id_ = 0;
     int fn_ = 0, kind_ = 0;
+    MPI_Comm comm_ = MPI_COMM_NULL;  // whose error handler reports a failure
     Op *op_ = nullptr;
     MPI_Request inner_ = MPI_REQUEST_NULL;
     Stage *stage_ = nullptr;
