@@ -28,7 +28,21 @@ struct Failure {
 };
 static std::mutex failed_mu;
 static std::unordered_map<MPI_Request, Failure> failed;
-static thread_local int reporting;  // inside a wrapper that reports failures of the requests it completes
+// A Wait or Test wrapper copies the handles before the real MPI call (which sets completed ones to
+// MPI_REQUEST_NULL), then reports the failures of those it completed.
+class Reporting;
+static thread_local const Reporting *reporting;  // the innermost wrapper that reports
+class Reporting {
+  public:
+    Reporting(int n, const MPI_Request *reqs) : before_(reqs, reqs + (n > 0 ? n : 0)), prev_(reporting) { reporting = this; }
+    ~Reporting() { reporting = prev_; }
+    MPI_Request before(int i) const { return before_[(size_t)i]; }
+    bool has(MPI_Request q) const { return std::find(before_.begin(), before_.end(), q) != before_.end(); }
+
+  private:
+    std::vector<MPI_Request> before_;
+    const Reporting *prev_;
+};
 static std::vector<Task *> pending;  // published, not yet complete
 static std::vector<Task *> retired;  // complete, waiting for the user to free the request
 static std::vector<Task *> free_tasks;
@@ -218,7 +232,8 @@ int Task::query_fn(void *extra, MPI_Status *status)
 int Task::free_fn(void *extra)
 {
     Task *t = static_cast<Task *>(extra);
-    if (!reporting && t->mpi_rc_ != MPI_SUCCESS) {  // MPI_Request_free of a failed request: nobody will ask
+    // freed by anything but the wrapper completing it (MPI_Request_free): nobody will ask
+    if (t->mpi_rc_ != MPI_SUCCESS && !(reporting && reporting->has(t->greq_))) {
         Failure f;
         take_failure(t->greq_, &f);
     }
@@ -395,17 +410,7 @@ static int wait_loop(Test test)
 }
 
 // ---- failures of ncclmpi's requests, through the communicator's error handler --------------
-// A wrapper copies the handles before the real MPI call (which sets completed ones to
-// MPI_REQUEST_NULL), then reports the failures of those it completed.
-class Reporting {
-  public:
-    Reporting(int n, const MPI_Request *reqs) : before_(reqs, reqs + (n > 0 ? n : 0)) { reporting++; }
-    ~Reporting() { reporting--; }
-    MPI_Request before(int i) const { return before_[(size_t)i]; }
-
-  private:
-    std::vector<MPI_Request> before_;
-};
+// (Reporting, at the top, holds the handles a wrapper is completing)
 
 // One request completed (index i of the call's array): its failure, if any, as the call's result.
 static int report_one(const Reporting &r, int i, MPI_Status *st, int rc)
