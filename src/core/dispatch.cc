@@ -441,7 +441,7 @@ extern "C" int nm_leave_slow(nm_op_t *o, int rc)
         t->set_inner(*o->req, s);
         return t->publish(o->req);
     }
-    nm_status_t st = stage_finish(s);
+    nm_status_t st = stage_finish(s, o->status);
     stage_release(s);
     return st == NM_OK ? rc : raise_error(o, st, "copy back to the device failed");
 }

@@ -188,12 +188,14 @@ struct Region {
     size_t len;
     size_t cls;   // pool class of `host`
     int dir;
+    bool counted; // a point-to-point receive: only the bytes received go back (the status says)
 };
 
 struct Stage {
     Device *dev = nullptr;
     Region r[2];
     int n = 0;
+    MPI_Status status;  // the receive's, where the caller passed MPI_STATUS_IGNORE
 };
 
 nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
@@ -207,6 +209,10 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
         r.dev = (char *)b[i].ptr + b[i].lo;
         r.len = (size_t)(b[i].hi - b[i].lo);
         r.dir = b[i].dir;
+        // a message may be shorter than the receive buffer, whose rest MPI leaves alone: a dense
+        // one gets back the received bytes only (a sparse one is copied in first, below)
+        r.counted = (nm_opk(o->kind) & NM_KF_P2P) && b[i].is_recv && b[i].dir == BUF_OUT && b[i].dense;
+        if (r.counted && o->status == MPI_STATUS_IGNORE) o->status = &s->status;
         r.host = (char *)pinned_get(r.len, s->dev, &r.cls);
         if (!r.host) {
             NM_ERROR(STAGE, "cannot allocate %zu bytes of pinned host memory", r.len);
@@ -237,17 +243,25 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
     return NM_OK;
 }
 
-nm_status_t stage_finish(Stage *s)
+nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
     Lane *l = lane_get(s->dev);
     if (!l) return NM_ERR_CUDA;
     nm_status_t st = NM_OK;
-    for (int i = 0; i < s->n && st == NM_OK; i++)
-        if (s->r[i].dir & BUF_OUT)
-            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, s->r[i].len,
-                                         l->stream), st = NM_ERR_CUDA);
+    for (int i = 0; i < s->n && st == NM_OK; i++) {
+        if (!(s->r[i].dir & BUF_OUT)) continue;
+        size_t len = s->r[i].len;
+        MPI_Count got = MPI_UNDEFINED;
+        if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE &&
+            PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
+            (size_t)got < len)
+            len = (size_t)got;
+        if (len)
+            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, len, l->stream),
+                        st = NM_ERR_CUDA);
+    }
     if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
     return st;
 }

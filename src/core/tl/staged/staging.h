@@ -37,8 +37,9 @@ struct Stage;
 // Swap the device buffers among b[0..nb) for host shadows in `o` (copying in what the call
 // reads) and mark o NM_OPF_STAGED. `*out` owns the shadows.
 nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
-// Copy what the call wrote back to the device buffers (synchronous).
-nm_status_t stage_finish(Stage *s);
+// Copy what the call wrote back to the device buffers (synchronous). recv_status: a
+// point-to-point receive's status, so that only the bytes received go back (null: all).
+nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status);
 void stage_release(Stage *s);
 
 struct OpCtx;
