@@ -202,7 +202,10 @@ bool Task::poll(uint64_t sweep)
     int rc = PMPI_Test(&inner_, &flag, &inner_status_);
     if (rc == MPI_SUCCESS && !flag) return false;
     has_status_ = true;
-    if (rc == MPI_SUCCESS && stage_) rc = stage_finish(stage_, &inner_status_) == NM_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
+    int cancelled = 0;  // a cancelled receive wrote nothing: nothing goes back
+    if (rc == MPI_SUCCESS) PMPI_Test_cancelled(&inner_status_, &cancelled);
+    if (rc == MPI_SUCCESS && stage_ && !cancelled)
+        rc = stage_finish(stage_, &inner_status_) == NM_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
     complete(rc);
     return true;
 }
