@@ -28,6 +28,7 @@ struct Failure {
 };
 static std::mutex failed_mu;
 static std::unordered_map<MPI_Request, Failure> failed;
+static std::atomic<int> nfailed{0};  // its size, read without the lock
 // A Wait or Test wrapper copies the handles before the real MPI call (which sets completed ones to
 // MPI_REQUEST_NULL), then reports the failures of those it completed.
 class Reporting;
@@ -157,6 +158,7 @@ void Task::complete(int mpi_rc)
     if (mpi_rc != MPI_SUCCESS) {  // reported by the wrapper that completes the request; its count stays
         std::lock_guard<std::mutex> g(failed_mu);
         failed[greq_] = Failure{comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, mpi_rc};
+        nfailed.store((int)failed.size(), std::memory_order_release);
     } else {
         __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
     }
@@ -166,12 +168,13 @@ void Task::complete(int mpi_rc)
 // The failure of a request that a wrapper just completed (its handle before the call), taken out.
 static bool take_failure(MPI_Request before, Failure *f)
 {
-    if (before == MPI_REQUEST_NULL) return false;
+    if (before == MPI_REQUEST_NULL || nfailed.load(std::memory_order_acquire) == 0) return false;
     std::lock_guard<std::mutex> g(failed_mu);
     auto it = failed.find(before);
     if (it == failed.end()) return false;
     *f = it->second;
     failed.erase(it);
+    nfailed.store((int)failed.size(), std::memory_order_release);
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
     return true;
 }
@@ -357,10 +360,10 @@ extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
             for (int i = 0; i < n; i++)
                 if (reqs[i] == t->greq()) return 1;
     }
+    if (nfailed.load(std::memory_order_acquire) == 0) return 0;
     std::lock_guard<std::mutex> g(failed_mu);
-    if (!failed.empty())
-        for (int i = 0; i < n; i++)
-            if (failed.count(reqs[i])) return 1;
+    for (int i = 0; i < n; i++)
+        if (failed.count(reqs[i])) return 1;
     return 0;
 }
 
