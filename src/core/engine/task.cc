@@ -35,13 +35,21 @@ class Reporting;
 static thread_local const Reporting *reporting;  // the innermost wrapper that reports
 class Reporting {
   public:
-    Reporting(int n, const MPI_Request *reqs) : before_(reqs, reqs + (n > 0 ? n : 0)), prev_(reporting) { reporting = this; }
+    Reporting(int n, const MPI_Request *reqs) : n_(n > 0 ? (size_t)n : 0), prev_(reporting)
+    {
+        if (n_ > sizeof(small_) / sizeof(small_[0])) big_.assign(reqs, reqs + n_);
+        else std::copy(reqs, reqs + n_, small_);
+        reporting = this;
+    }
     ~Reporting() { reporting = prev_; }
-    MPI_Request before(int i) const { return before_[(size_t)i]; }
-    bool has(MPI_Request q) const { return std::find(before_.begin(), before_.end(), q) != before_.end(); }
+    MPI_Request before(int i) const { return data()[i]; }
+    bool has(MPI_Request q) const { return std::find(data(), data() + n_, q) != data() + n_; }
 
   private:
-    std::vector<MPI_Request> before_;
+    const MPI_Request *data() const { return big_.empty() ? small_ : big_.data(); }
+    size_t n_;
+    MPI_Request small_[8];  // no allocation for the common few
+    std::vector<MPI_Request> big_;
     const Reporting *prev_;
 };
 static std::vector<Task *> pending;  // published, not yet complete
