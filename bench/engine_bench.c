@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,9 +286,35 @@ int main(int argc, char **argv)
             a = bench_now();
             for (int i = 0; i < N; i++) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
             double iprobe = (bench_now() - a) * 1e9 / N;
+            a = bench_now();
+            for (int i = 0; i < N; i++) {
+                NK(ncclGroupStart());
+                NK(ncclGroupEnd());
+            }
+            double group = (bench_now() - a) * 1e9 / N;
+            /* what ncclmpi adds to mark a launch's completion: a 64-bit write into pinned host memory */
+            double wv_legacy = -1, wv_s = -1;
+            void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+            typedef int (*wv_t)(void *, unsigned long long, unsigned long long, unsigned);
+            wv_t wv = drv ? (wv_t)dlsym(drv, "cuStreamWriteValue64_v2") : NULL;
+            unsigned long long *word = NULL;
+            void *dword = NULL;
+            if (wv && cudaHostAlloc((void **)&word, 8, cudaHostAllocMapped) == cudaSuccess &&
+                cudaHostGetDevicePointer(&dword, word, 0) == cudaSuccess) {
+                a = bench_now();
+                for (int i = 0; i < N; i++) wv(cudaStreamLegacy, (unsigned long long)(uintptr_t)dword, (unsigned long long)i, 0);
+                wv_legacy = (bench_now() - a) * 1e9 / N;
+                CK(cudaStreamSynchronize(cudaStreamLegacy));
+                a = bench_now();
+                for (int i = 0; i < N; i++) wv(s, (unsigned long long)(uintptr_t)dword, (unsigned long long)i, 0);
+                wv_s = (bench_now() - a) * 1e9 / N;
+                CK(cudaStreamSynchronize(s));
+                cudaFreeHost(word);
+            }
             printf("primitives (ns/call): cudaEventRecord legacy %.0f, on a stream %.0f; cudaStreamWaitEvent %.0f; "
-                   "cudaEventQuery (complete) %.0f; Grequest start+complete+Wait %.0f; Iprobe(COMM_SELF) %.0f\n",
-                   rec_legacy, rec_s, wait_ev, query, greq, iprobe);
+                   "cudaEventQuery (complete) %.0f; cuStreamWriteValue64 legacy %.0f, on a stream %.0f; "
+                   "empty ncclGroupStart/End %.0f; Grequest start+complete+Wait %.0f; Iprobe(COMM_SELF) %.0f\n",
+                   rec_legacy, rec_s, wait_ev, query, wv_legacy, wv_s, group, greq, iprobe);
             CK(cudaEventDestroy(ev));
         }
     }
