@@ -37,6 +37,7 @@ ctest_run() {  # label regex, time limit
   echo "== ctest ($1): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
   grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Not Run|\*\*\*)" "$OUT/ctest.log" | head -40
   grep -E "Total Test time" "$OUT/ctest.log"
+  cp Testing/Temporary/LastTest.log "$OUT/" 2>/dev/null  # every test's whole output
 }
 case "$mode" in
 hazard) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;  # the label includes the hazard suite
