@@ -25,4 +25,8 @@ if(EXISTS "${STUB_DRIVER}")
     set_tests_properties(mpi_hazard_${sc}_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                          ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
   endforeach()
+  # random point-to-point matching (Test and Wait forms, probes, cancel) on host memory
+  add_test(mpi_p2p_fuzz_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
+  set_tests_properties(mpi_p2p_fuzz_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
 endif()
