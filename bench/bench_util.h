@@ -1,20 +1,14 @@
-/* Helpers shared by the benchmark programs: checked CUDA/NCCL calls (abort the job with the
- * failing call and location), a monotonic clock, and a comparison for qsort of doubles. Each
- * helper is used only where its library is included. */
+/* Helpers shared by the benchmark programs: checked CUDA (the GPU tests' CUDACHECK) and NCCL
+ * calls (abort the job with the failing call and location), a monotonic clock, and a comparison
+ * for qsort of doubles. Each helper is used only where its library is included. */
 #ifndef NM_BENCH_UTIL_H
 #define NM_BENCH_UTIL_H
 #include <mpi.h>
 #include <stdio.h>
 #include <time.h>
 
-#define CUDACHECK(x)                                                                          \
-    do {                                                                                      \
-        cudaError_t e_ = (x);                                                                 \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
-        }                                                                                     \
-    } while (0)
+#include "../test/gpu/gpu_common.h" /* CUDACHECK, shared with the GPU tests */
+
 #define NCCLCHECK(x)                                                                          \
     do {                                                                                      \
         ncclResult_t r_ = (x);                                                                \

@@ -18,6 +18,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <mpi.h>
+#include <ncclmpi.h> /* ncclmpi_stats_t (the function is looked up: no link to ncclmpi) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,14 +107,14 @@ int main(int argc, char **argv)
     dv_loop(kind, kind == K_BURST ? BURST : 1);
     MPI_Barrier(MPI_COMM_WORLD);
     dv_loop(kind, kind == K_BURST ? BURST : 1);
-    /* the route taken: ncclmpi_get_stats counts routes per function (layout repeated here) */
-    typedef struct { unsigned long long calls, fortran_calls, route[4]; } dv_stats_t;
-    int (*get)(const char *, dv_stats_t *) = (int (*)(const char *, dv_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    /* the route taken: ncclmpi_get_stats counts routes per function */
+    int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
     const char *fn = kind == K_BCAST ? "Bcast" : kind == K_ALLREDUCE ? "Allreduce" : "Iallreduce";
-    dv_stats_t s0, s1;
+    ncclmpi_stats_t s0, s1;
     int ok = get && get(fn, &s0) == 0;
     dv_loop(kind, n);
-    ok = ok && get(fn, &s1) == 0 && s1.route[1] - s0.route[1] == (unsigned long long)n && s1.route[2] == s0.route[2];
+    ok = ok && get(fn, &s1) == 0 && s1.route[NCCLMPI_ROUTE_NCCL] - s0.route[NCCLMPI_ROUTE_NCCL] == (unsigned long long)n &&
+         s1.route[NCCLMPI_ROUTE_STAGED] == s0.route[NCCLMPI_ROUTE_STAGED];
     double ns = 0;
     if (timed) {
         double t0 = now_ns();

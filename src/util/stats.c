@@ -74,13 +74,38 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
 
 static const char *row_name(int i) { return i < NM_FN_COUNT ? nm_fn_names[i] : "(all functions)"; }
 
+/* Text written to f in one piece (one write, so ranks' tables do not interleave): build it in
+ * memory, or straight to f when that cannot be had. */
+typedef struct {
+    FILE *f, *m;
+    char *buf;
+    size_t len;
+} whole_t;
+
+static FILE *whole_open(whole_t *w, FILE *f)
+{
+    w->f = f;
+    w->buf = NULL;
+    w->len = 0;
+    w->m = open_memstream(&w->buf, &w->len);
+    if (!w->m) w->m = f;
+    return w->m;
+}
+
+static void whole_close(whole_t *w)
+{
+    if (w->m == w->f) return;
+    fclose(w->m);
+    if (w->buf) fwrite(w->buf, 1, w->len, w->f);
+    fflush(w->f);
+    free(w->buf);
+}
+
 /* One rank's table, each line starting with `prefix`, written to f in one piece. */
 static void write_rank_table(FILE *f, const char *prefix, const unsigned long long v[NROWS][NCOLS])
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    if (!m) m = f;
+    whole_t w;
+    FILE *m = whole_open(&w, f);
     fprintf(m, "%s%-22s", prefix, "function");
     for (int c = 0; c < NCOLS; c++) fprintf(m, " %10s", col_names[c]);
     fputc('\n', m);
@@ -90,12 +115,7 @@ static void write_rank_table(FILE *f, const char *prefix, const unsigned long lo
         for (int c = 0; c < NCOLS; c++) fprintf(m, " %10llu", v[i][c]);
         fputc('\n', m);
     }
-    if (m != f) {
-        fclose(m);
-        if (buf) fwrite(buf, 1, len, f);
-        fflush(f);
-        free(buf);
-    }
+    whole_close(&w);
 }
 
 __attribute__((visibility("default"))) void ncclmpi_print_stats(void)
@@ -142,10 +162,8 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
             int w = (int)strlen(cell[i][c]);
             if (w > width[c]) width[c] = w;
         }
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    if (!m) m = f;
+    whole_t w;
+    FILE *m = whole_open(&w, f);
     fprintf(m, "[ncclmpi] route counts at MPI_Finalize, summed over %d rank%s ([min-max] per rank where they differ)\n",
             size, size == 1 ? "" : "s");
     fprintf(m, "[ncclmpi] %-22s", "function");
@@ -157,12 +175,7 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
         for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], cell[i][c]);
         fputc('\n', m);
     }
-    if (m != f) {
-        fclose(m);
-        if (buf) fwrite(buf, 1, len, f);
-        fflush(f);
-        free(buf);
-    }
+    whole_close(&w);
 }
 
 void nm_stats_finalize(void)

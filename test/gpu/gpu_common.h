@@ -19,6 +19,18 @@
         }                                                                                     \
     } while (0)
 
+/* A failed check: one line with the rank and the place, counted in `failures` (the test defines
+ * `rank` and `failures`). */
+#define GPU_CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: ", rank, __FILE__, __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fprintf(stderr, "\n");                                                            \
+            failures++;                                                                       \
+        }                                                                                     \
+    } while (0)
+
 typedef struct {
     unsigned long long calls, fortran_calls, route[4];
 } nm_stats_view_t;

@@ -21,15 +21,7 @@
 #include "gpu_common.h"
 
 static int rank, size, failures;
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "[rank %d] FAIL %s:%d: ", rank, __FILE__, __LINE__);              \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fprintf(stderr, "\n");                                                            \
-            failures++;                                                                       \
-        }                                                                                     \
-    } while (0)
+#define CHECK GPU_CHECK
 
 static int have_stats;
 

@@ -24,21 +24,9 @@ namespace ncclmpi {
 int nm_thread_multiple;
 
 // ---- pools -----------------------------------------------------------------------------------
-static std::mutex pool_mu;
-static std::vector<Op *> op_pool;
+static FreeList<Op> op_pool;
 
-Op *op_get()
-{
-    {
-        MtLock<std::mutex> g(pool_mu);
-        if (!op_pool.empty()) {
-            Op *op = op_pool.back();
-            op_pool.pop_back();
-            return op;
-        }
-    }
-    return new Op;
-}
+Op *op_get() { return op_pool.get(); }
 
 void Op::reset()
 {
@@ -73,8 +61,7 @@ void op_put(Op *op)
     if (op->sdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->sdup);
     if (op->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&op->rdup);
     op->reset();
-    MtLock<std::mutex> g(pool_mu);
-    op_pool.push_back(op);
+    op_pool.put(op);
 }
 
 std::string Op::describe() const
@@ -98,20 +85,11 @@ struct Completion {
     std::atomic<uint64_t> notready_sweep{0};  // the last sweep that found it not complete
     std::atomic<double> async_checked{0};     // when NCCL's asynchronous error was last polled
 };
-static std::mutex done_mu;  // the pool
-static std::vector<Completion *> done_pool;
+static FreeList<Completion> done_pool;
 
 static Completion *completion_get(ProcessGroup *pg, int refs)
 {
-    Completion *d = nullptr;
-    {
-        MtLock<std::mutex> g(done_mu);
-        if (!done_pool.empty()) {
-            d = done_pool.back();
-            done_pool.pop_back();
-        }
-    }
-    if (!d) d = new Completion;
+    Completion *d = done_pool.get();
     d->ev = nullptr;
     d->flag = nullptr;
     d->ticket = 0;
@@ -126,8 +104,7 @@ static Completion *completion_get(ProcessGroup *pg, int refs)
 static void completion_put(Completion *d)
 {
     d->pg->event_put(d->ev);
-    MtLock<std::mutex> g(done_mu);
-    done_pool.push_back(d);
+    done_pool.put(d);
 }
 
 static void completion_drop(Completion *d)

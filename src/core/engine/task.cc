@@ -54,8 +54,8 @@ class Reporting {
 };
 static std::vector<Task *> pending;  // published, not yet complete
 static std::vector<Task *> retired;  // complete, waiting for the user to free the request
-static std::vector<Task *> free_tasks;
-static uint64_t next_task_id;
+static FreeList<Task> free_tasks;
+static std::atomic<uint64_t> next_task_id{0};
 
 // ---- error codes with our message behind MPI_Error_string --------------------------------------
 int nm_error_class(nm_status_t st)
@@ -93,16 +93,8 @@ int nm_error_code(int cls, const char *msg)
 // ---- tasks -------------------------------------------------------------------------------------
 Task *Task::get(const nm_op_t *o)
 {
-    Task *t = nullptr;
-    {
-        MtLock<std::recursive_mutex> g(tasks_mu);
-        if (!free_tasks.empty()) {
-            t = free_tasks.back();
-            free_tasks.pop_back();
-        }
-        if (!t) t = new Task;
-        t->id_ = ++next_task_id;
-    }
+    Task *t = free_tasks.get();
+    t->id_ = next_task_id.fetch_add(1, std::memory_order_relaxed) + 1;
     t->fn_ = o->fn;
     t->kind_ = o->kind;
     t->comm_ = o->comm;
@@ -124,7 +116,7 @@ void Task::recycle()
     failed_.store(NM_OK, std::memory_order_relaxed);
     t0_ = 0;
     done_ = freed_ = false;
-    free_tasks.push_back(this);  // tasks_mu held
+    free_tasks.put(this);
 }
 
 std::string Task::describe() const

@@ -65,6 +65,8 @@ class Task {
     bool done_ = false, freed_ = false;
 
     friend void tasks_reap();
+    template <class T>
+    friend class FreeList;  // the pool makes them
 };
 
 void tasks_progress();
