@@ -3,7 +3,9 @@
 # flush points, communicator states) on machines without a GPU; with NCCLMPI_AGREE=1 every
 # collective also votes. And a few programs under valgrind memcheck (test/mpi/valgrind.sh).
 if(EXISTS "${STUB_DRIVER}")
-  foreach(prog coll_blocking coll_nonblocking p2p completion errors comm)
+  # (more_*: the functions added for full coverage; their REJECT wrappers ask the driver about
+  # each buffer and pass host memory on)
+  foreach(prog coll_blocking coll_nonblocking p2p completion errors comm more_calls more_rma more_io)
     foreach(agree 0 1)
       add_test(mpi_${prog}_np3_stubdriver_agree${agree} "${RUN}" 3 preload "${B}/test/mpi/${prog}" --ncclmpi=require)
       set_tests_properties(mpi_${prog}_np3_stubdriver_agree${agree} PROPERTIES LABELS "mpi" TIMEOUT 180

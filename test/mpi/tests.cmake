@@ -26,19 +26,6 @@ foreach(prog IN LISTS NM_MPI_PROGRAMS)
   set_tests_properties(mpi_${prog}_np3_preload_slowpath PROPERTIES LABELS "mpi" TIMEOUT 120)
 endforeach()
 
-# The programs of the functions added for full coverage, with the CUDA stub driver preloaded
-# (see driver.cmake): every call takes its slow path, so the REJECT wrappers ask the driver about
-# each buffer and pass host memory on; with NCCLMPI_AGREE=1 too.
-if(EXISTS "${STUB_DRIVER}")
-  foreach(prog more_calls more_rma more_io)
-    foreach(agree 0 1)
-      add_test(mpi_${prog}_np3_stubdriver_agree${agree} "${RUN}" 3 preload "${B}/test/mpi/${prog}" --ncclmpi=require)
-      set_tests_properties(mpi_${prog}_np3_stubdriver_agree${agree} PROPERTIES LABELS "mpi" TIMEOUT 180
-                           ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_AGREE=${agree}")
-    endforeach()
-  endforeach()
-endif()
-
 # No NCCL or CUDA library is ever mapped into a host-only program, with the default settings
 # and with the settings that do more at MPI_Init and per call.
 foreach(np 1 2 3 4)
