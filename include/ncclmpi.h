@@ -20,7 +20,8 @@ typedef enum {
     NCCLMPI_ROUTE_NCCL = 1,   /* NCCL on device buffers */
     NCCLMPI_ROUTE_STAGED = 2, /* device buffers copied to host, the real MPI, copied back */
     NCCLMPI_ROUTE_ERROR = 3,  /* rejected with an MPI error */
-    NCCLMPI_ROUTE_COUNT = 4
+    NCCLMPI_ROUTE_ONESHOT = 4, /* one kernel per rank over NVLink (small device reductions) */
+    NCCLMPI_ROUTE_COUNT = 5
 } ncclmpi_route_t;
 
 typedef struct ncclmpi_stats {

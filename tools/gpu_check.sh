@@ -27,7 +27,7 @@ if ! CC=mpicc CXX=mpicxx ../configure --without-fortran > "$OUT/build.log" 2>&1;
 if ! make -j"$(nproc)" >> "$OUT/build.log" 2>&1; then tail -60 "$OUT/build.log"; exit 1; fi
 make -j"$(nproc)" check TESTS= CTEST=true >> "$OUT/build.log" 2>&1   # build the test programs only
 make -j"$(nproc)" bench >> "$OUT/build.log" 2>&1 || tail -30 "$OUT/build.log"
-echo "== build ok: $(grep -m1 'NCCL ' "$OUT/build.log")"
+echo "== build ok: $(grep -m1 'NCCL ' "$OUT/build.log"); $(grep -m1 'kernels ' "$OUT/build.log")"
 
 lib=$PWD/.libs/libncclmpi.so
 ./tools/ncclmpi_info -a > "$OUT/info.txt" 2>&1

@@ -147,6 +147,7 @@ static void print_build(void)
     fact("build.hwloc.headers", NM_BUILD_HWLOC_VERSION, "hwloc headers", "%s (API %s), %s", NM_BUILD_HWLOC_VERSION, v,
          NM_BUILD_HWLOC_DIR);
     fact("build.hwloc.api", v, NULL, "%s", v);
+    fact("build.kernels", NM_BUILD_KERNELS, "one-shot kernels", "%s", NM_BUILD_KERNELS);
     snprintf(v, sizeof(v), "%d", NM_FN_COUNT);
     fact("build.functions", v, "intercepted", "%d MPI functions, C and Fortran (-f lists them)", NM_FN_COUNT);
 }

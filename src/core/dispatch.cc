@@ -20,6 +20,7 @@
 #include "core/nvtx.h"
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
+#include "core/tl/oneshot/oneshot.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -123,9 +124,11 @@ static void check_settings_agree()
 {
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
-             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d", nm_cfg.DISABLE, nm_cfg.FORCE_STAGED, nm_cfg.AGREE,
-             nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK, nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
-             (int)nm_cfg.STATS);  // STATS: the summary at MPI_Finalize is a reduction
+             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d", nm_cfg.DISABLE,
+             nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
+             nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
+             (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
+             nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, oneshot_built() ? 1 : 0);
     unsigned long long h = 1469598103934665603ull;
     for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
@@ -237,6 +240,8 @@ nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified 
     const DtypeInfo *d = x.rd ? x.rd : x.sd;  // the signature's basic type (same on both sides)
     in.nccl_type = d ? d->nccl_type : NM_UNSUPPORTED;
     in.nccl_op = nm_map_op(x.o->op);
+    if (x.o->kind == NM_OPK_ALLREDUCE && in.cap == NM_CAP_READY)
+        in.oneshot = oneshot_fits(cs->pg.get(), d, x.o->op, x.o->rcount);
     return in;
 }
 
@@ -283,7 +288,8 @@ Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, in
     return op;
 }
 
-int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, const Classified &c, unsigned act)
+int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, const Classified &c, unsigned act,
+             bool oneshot)
 {
     if (cs->pg && cs->pg->device() != c.device) {
         char why[128];
@@ -292,6 +298,7 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
         return raise_error(o, NM_ERR_BUFFER, why);
     }
     Op *op = make_op(o, x, cs, b, nb, act);
+    op->oneshot = oneshot;
     std::string err;
     // a nonblocking call's carrier is made now, in the order of the caller's MPI calls (a
     // blocking call's is made by the engine right after the launch)
@@ -369,9 +376,11 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     NM_COUNT_ROUTE(o->fn, d.route);
     // a flush point: everything but a nonblocking NCCL call, which queues behind what is queued
     // (one with a carrier flushes, as its ranks without data do on their host route)
-    if (d.route != NCCLMPI_ROUTE_NCCL || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
+    // (the one-shot route is an engine route like NCCL's: its kernels are ordered with NCCL's)
+    const bool engine = d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT;
+    if (!engine || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) {  // nothing to do in the common case
-            if (d.route == NCCLMPI_ROUTE_NCCL) engine_flush_waitable(cs, UINT64_MAX);
+            if (engine) engine_flush_waitable(cs, UINT64_MAX);
             nm_flush();
         }
     }
@@ -384,7 +393,8 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     NvtxRange nvtx(range);
     switch (d.route) {
     case NCCLMPI_ROUTE_NCCL:
-        *rc = run_nccl(o, x, cs, b, nb, c, d.act);
+    case NCCLMPI_ROUTE_ONESHOT:
+        *rc = run_nccl(o, x, cs, b, nb, c, d.act, d.route == NCCLMPI_ROUTE_ONESHOT);
         return 1;
     case NCCLMPI_ROUTE_STAGED: {
         note_staged(o, d.why);
@@ -478,6 +488,7 @@ extern "C" void nm_before_finalize(void)
     if (finalized || !initialized) return;
     DepthGuard dg;
     tasks_drain();
+    engine_drain();
     finalized = true;
     if (cuda_attached()) {
         comm_states_teardown();

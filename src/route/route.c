@@ -62,6 +62,8 @@ nm_decision_t nm_route(const nm_route_in_t *in)
     if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
     if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT, act);
     if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED, act);
+    /* a window exists only on a READY communicator; NCCLMPI_AGREE keeps its vote's routes */
+    if (in->oneshot && in->cap == NM_CAP_READY && !in->agree) return mk(NCCLMPI_ROUTE_ONESHOT, NM_WHY_ONESHOT, act);
     if (!nm_route_nccl_capable(in)) return mk(NCCLMPI_ROUTE_STAGED, incapable_why(in), act);
     switch (in->cap) {
     case NM_CAP_INTER: return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_INTER, act);
@@ -111,6 +113,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_NOT_YET] = "no NCCL communicator yet (made at the next blocking collective on it)",
         [NM_WHY_FAILED] = "the communicator's NCCL operations failed earlier",
         [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
+        [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";
 }
@@ -122,6 +125,7 @@ const char *nm_route_str(ncclmpi_route_t r)
     case NCCLMPI_ROUTE_NCCL: return "nccl";
     case NCCLMPI_ROUTE_STAGED: return "staged";
     case NCCLMPI_ROUTE_ERROR: return "error";
+    case NCCLMPI_ROUTE_ONESHOT: return "oneshot";
     default: return "?";
     }
 }

@@ -59,6 +59,7 @@ typedef enum {
     NM_WHY_NOT_YET,       /* no NCCL communicator yet; made at the next blocking collective */
     NM_WHY_FAILED,        /* the communicator's NCCL side failed earlier */
     NM_WHY_AGREE_NB,      /* NCCLMPI_AGREE: nonblocking collectives do not vote: staged */
+    NM_WHY_ONESHOT,       /* small reduction the one-shot kernels run */
     NM_WHY_COUNT_
 } nm_why_t;
 
@@ -83,6 +84,8 @@ typedef struct nm_route_in {
     int vote;          /* NCCLMPI_AGREE, blocking collectives: MIN over ranks of nm_route_vote(); -1 none */
     int disable;       /* NCCLMPI_DISABLE */
     int force_staged;  /* NCCLMPI_FORCE_STAGED */
+    int oneshot;       /* the one-shot kernels can run this call on the communicator's window
+                          (kind, type, op, count, the agreed window, the settings: shared facts) */
 } nm_route_in_t;
 
 typedef struct nm_decision {

@@ -52,8 +52,8 @@ __attribute__((visibility("default"))) int ncclmpi_get_stats(const char *mpi_fun
 /* ---- reports ------------------------------------------------------------------------------ */
 
 /* Columns of a table row: calls, fortran calls, then the routes. */
-enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_STAGED, C_ERROR, NCOLS };
-static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "staged", "error"};
+enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_ONESHOT, C_STAGED, C_ERROR, NCOLS };
+static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "oneshot", "staged", "error"};
 #define NROWS (NM_FN_COUNT + 1) /* the last row: all functions */
 
 static void local_counts(unsigned long long v[NROWS][NCOLS])
@@ -66,6 +66,7 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
         v[i][C_FORTRAN] = s.fortran_calls;
         v[i][C_HOST] = s.route[NCCLMPI_ROUTE_HOST];
         v[i][C_NCCL] = s.route[NCCLMPI_ROUTE_NCCL];
+        v[i][C_ONESHOT] = s.route[NCCLMPI_ROUTE_ONESHOT];
         v[i][C_STAGED] = s.route[NCCLMPI_ROUTE_STAGED];
         v[i][C_ERROR] = s.route[NCCLMPI_ROUTE_ERROR];
         for (int c = 0; c < NCOLS; c++) v[NM_FN_COUNT][c] += v[i][c];

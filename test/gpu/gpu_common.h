@@ -32,7 +32,7 @@
     } while (0)
 
 typedef struct {
-    unsigned long long calls, fortran_calls, route[4];
+    unsigned long long calls, fortran_calls, route[5]; /* host, nccl, staged, error, oneshot */
 } nm_stats_view_t;
 
 /* route counters of one function, or -1 in calls when ncclmpi is not loaded */

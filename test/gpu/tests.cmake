@@ -8,6 +8,15 @@ foreach(np 1 2 3 4)
   set_tests_properties(gpu_coll_np${np} gpu_misc_np${np} gpu_stream_np${np}
                        PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
+# small device allreduces on the one-shot kernels (one GPU per rank), or their fallbacks
+foreach(np 2 3 4)
+  add_test(gpu_oneshot_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_oneshot")
+  set_tests_properties(gpu_oneshot_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NM_KERNELS=${KERNELS}")
+endforeach()
+add_test(gpu_oneshot_np2_off ${GRUN} 2 "${B}/test/gpu/gpu_oneshot" --quick)
+set_tests_properties(gpu_oneshot_np2_off PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_ONESHOT=0")
 # device buffers in the calls ncclmpi does not run on device memory: MPI_ERR_BUFFER; flush points
 add_test(gpu_reject_np2 ${GRUN} 2 "${B}/test/gpu/gpu_reject")
 set_tests_properties(gpu_reject_np2 PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)

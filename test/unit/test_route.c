@@ -57,6 +57,31 @@ static void test_route(void)
     in = dev_coll(NM_OPK_ALLREDUCE);
     in.force_staged = 1;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED);
+    /* the one-shot kernels: on a READY communicator, also for ops and types NCCL lacks; never
+     * under NCCLMPI_FORCE_STAGED or NCCLMPI_AGREE, never on a communicator without a window */
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.oneshot = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ONESHOT && nm_route(&in).why == NM_WHY_ONESHOT && nm_route(&in).act == 0);
+    in.nccl_op = NM_UNSUPPORTED;
+    in.nccl_type = NM_UNSUPPORTED;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ONESHOT);
+    in.flags = NM_OPF_NB;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ONESHOT);
+    in.force_staged = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED);
+    in.force_staged = 0;
+    in.agree = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED);
+    in.agree = 0;
+    int caps[] = {NM_CAP_UNKNOWN, NM_CAP_PENDING, NM_CAP_STAGED, NM_CAP_FAILED, NM_CAP_INTER};
+    for (int i = 0; i < 5; i++) {
+        in.cap = caps[i];
+        CHECK(nm_route(&in).route != NCCLMPI_ROUTE_ONESHOT);
+    }
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.oneshot = 1;
+    in.rank_kind = NM_RK_HOST;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST);
     /* data movement ignores op/type maps */
     in = dev_coll(NM_OPK_BCAST);
     in.nccl_type = NM_UNSUPPORTED;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "core/tl/oneshot/oneshot.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -180,6 +181,7 @@ void comm_create(CommState *cs, int device)
         pg->destroy();
         return set_staged(cs, "", -1, "ncclCommInitRank failed on some rank");
     }
+    oneshot_setup(pg.get(), cs->comm);  // collective: every rank is here
     cs->pg = std::move(pg);
     cs->cap.store(NM_CAP_READY, std::memory_order_release);
     NM_DEBUG(INIT, "%s: NCCL communicator agreed and made in %.1f ms", cs->describe().c_str(), 1e3 * (nm_now_s() - t0));
@@ -239,6 +241,7 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
         }
         return false;
     }
+    oneshot_setup(pg.get(), child);  // collective over the child: each of its ranks is here
     std::lock_guard<std::mutex> g(cs->mu);
     if (nm_cfg.COALESCE) PMPI_Comm_dup(child, &cs->hidden);
     cs->pg = std::move(pg);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/engine/engine.h"
+#include "core/tl/oneshot/oneshot.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -72,6 +73,15 @@ const volatile uint64_t *ProcessGroup::flag_write(CUstream s, uint64_t *ticket)
     return flags_ + slot;
 }
 
+const volatile uint64_t *ProcessGroup::flag_reserve(CUstream s, uint64_t *ticket, CUdeviceptr *dflag)
+{
+    if (!flags_) return nullptr;
+    const int slot = s == CU_STREAM_LEGACY ? 1 : 0;
+    *ticket = ++tickets_[slot];
+    *dflag = dflags_ + slot * sizeof(uint64_t);
+    return flags_ + slot;
+}
+
 nm_status_t ProcessGroup::finish_init(ncclResult_t r, const char *how, double t0)
 {
     if (r != ncclSuccess) {
@@ -113,6 +123,7 @@ void ProcessGroup::fail(const std::string &why)
         fail_reason_ = why;
     }
     NM_ERROR(COLL, "%s: %s; aborting the NCCL communicator", describe().c_str(), why.c_str());
+    oneshot_abort(oneshot_);  // one-shot kernels waiting for peers give up
     if (nccl_) {
         DeviceGuard g(ctx_);
         nccl.ncclCommAbort(nccl_);
@@ -178,6 +189,10 @@ void ProcessGroup::destroy()
                 nccl.ncclCommDestroy(nccl_);
             }
             nccl_ = nullptr;
+        }
+        if (oneshot_) {  // its kernels ended with the group's last operation (or gave up: fail())
+            oneshot_release(oneshot_);
+            oneshot_ = nullptr;
         }
         for (CUevent e : all_events_) cu.cuEventDestroy(e);
         if (stream_) cu.cuStreamDestroy(stream_);

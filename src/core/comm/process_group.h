@@ -16,6 +16,8 @@
 
 namespace ncclmpi {
 
+struct OneshotWindow;
+
 // Makes the device's primary context current for a scope and restores the previous one.
 class DeviceGuard {
   public:
@@ -68,6 +70,9 @@ class ProcessGroup {
     // stream, the legacy stream): tickets are issued under use_mu() in stream order, so a slot
     // only grows. Without 64-bit stream memory operations: nullptr, and events are used.
     const volatile uint64_t *flag_write(CUstream s, uint64_t *ticket);
+    // The next ticket of s's slot without writing it: the caller's kernel writes it at *dflag
+    // (device address of the slot) as its last action. nullptr without flags.
+    const volatile uint64_t *flag_reserve(CUstream s, uint64_t *ticket, CUdeviceptr *dflag);
 
     std::string describe() const;
     State state() const { return state_.load(std::memory_order_acquire); }
@@ -77,6 +82,10 @@ class ProcessGroup {
     int device() const { return device_; }
     int rank() const { return rank_; }
     int size() const { return size_; }
+
+    // the one-shot window (tl/oneshot), agreed at creation; nullptr when the group has none
+    OneshotWindow *oneshot() const { return oneshot_; }
+    void set_oneshot(OneshotWindow *w) { oneshot_ = w; }
 
     // operations launched and not yet known complete (blocking calls use the comm stream while
     // any is, so that everything on this NCCL communicator stays in issue order)
@@ -98,6 +107,7 @@ class ProcessGroup {
     volatile uint64_t *flags_ = nullptr;  // pinned host slots [comm stream, legacy stream]
     CUdeviceptr dflags_ = 0;
     uint64_t tickets_[2] = {0, 0};
+    OneshotWindow *oneshot_ = nullptr;
 };
 
 }  // namespace ncclmpi

@@ -17,7 +17,9 @@
     X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)       \
     X(cuMemsetD8Async) X(cuMemcpy2DAsync)                                                     \
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)        \
-    X(cuDeviceGetAttribute) X(cuStreamWriteValue64)
+    X(cuDeviceGetAttribute) X(cuStreamWriteValue64)                                            \
+    X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuIpcGetMemHandle)          \
+    X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
 
 namespace ncclmpi {
 

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/tl/oneshot/oneshot.h"
 #include "route/route.h"
 
 namespace ncclmpi {
@@ -170,6 +171,7 @@ static bool compute(MPI_Datatype dt, DtypeInfo *d)
     }
     d->nccl_type = d->basic != MPI_DATATYPE_NULL ? nm_map_dtype(d->basic) : NM_UNSUPPORTED;
     d->contig = (MPI_Aint)d->size == d->extent && d->extent == d->true_extent && d->lb == d->true_lb && dense(dt);
+    oneshot_kind(d->basic, &d->os_kind, &d->os_ops);
     return true;
 }
 

@@ -14,6 +14,8 @@ struct DtypeInfo {
     MPI_Aint lb, extent;  // MPI lower bound and extent
     MPI_Aint true_lb, true_extent;
     bool contig;          // any count of it is one in-order run of count*size bytes at true_lb
+    int os_kind;          // element kind of the one-shot kernels for `basic` (NM_OS_*), or -1
+    unsigned os_ops;      // the ops MPI defines on it that they run (a bit per NM_OS_* op)
 };
 
 // Cached per datatype (an attribute on derived types, so a freed handle never answers stale).

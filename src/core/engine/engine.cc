@@ -44,6 +44,10 @@ void Op::reset()
     order_ev = nullptr;
     task = nullptr;
     explicit_group = false;
+    oneshot = false;
+    solo = false;
+    kdone = nullptr;
+    kdone_ticket = 0;
     t_launch = 0;
     post_first.clear();
     post.clear();
@@ -191,14 +195,25 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     range[0] = 0;
     if (nm_cfg.NVTX) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
     NvtxRange nvtx(range);
-    NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
+    // In a group of several (its size is agreed, so every rank decides alike), ops NCCL can run go
+    // to NCCL: one NCCL group beats a kernel launch per op. The one-shot kernels left launch at
+    // their op inside the group (on every rank in the same order, before the group's NCCL
+    // kernels); a group of one-shot ops only needs no NCCL group at all.
+    bool any_nccl = false;
+    for (int i = 0; i < n; i++) {
+        if (n > 1 && ops[i]->oneshot && ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)
+            ops[i]->oneshot = false;
+        any_nccl |= !ops[i]->oneshot;
+    }
+    if (any_nccl) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
     for (int i = 0; i < n && st == NM_OK; i++) {
+        ops[i]->solo = n == 1;
         NcclCall c(*ops[i], *pg, s);
         st = op_row(ops[i]->o.kind).nccl(c);
         if (st == NM_OK) st = c.st;
         if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
     }
-    ncclResult_t ge = nccl.ncclGroupEnd();
+    ncclResult_t ge = any_nccl ? nccl.ncclGroupEnd() : ncclSuccess;
     if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
         *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg->nccl_comm()) + ")";
         st = NM_ERR_NCCL;
@@ -207,7 +222,12 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     Completion *d = nullptr;
     if (st == NM_OK) {
         d = completion_get(pg, n);
-        d->flag = pg->flag_write(s, &d->ticket);
+        if (n == 1 && ops[0]->kdone) {  // written by the op's kernel (one-shot)
+            d->flag = ops[0]->kdone;
+            d->ticket = ops[0]->kdone_ticket;
+        } else {
+            d->flag = pg->flag_write(s, &d->ticket);
+        }
         if (!d->flag && (!(d->ev = pg->event_get()) || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS)) {
             *err = "cannot record the completion event";
             st = NM_ERR_CUDA;
@@ -256,6 +276,13 @@ static Round *round_start(CommState *cs, int proposal)
 // Rounds whose result is known in advance (proposal 1): completed in the background.
 static std::mutex orphan_mu;
 static std::vector<Round *> orphans;
+// Hidden duplicates of freed communicators with rounds still in flight: freed once those
+// complete (Open MPI's libnbc may still progress a round on a communicator freed under it).
+struct Retired {
+    MPI_Comm hidden;
+    std::vector<Round *> rounds;
+};
+static std::vector<Retired> retired;  // under orphan_mu
 
 static void rounds_reap(std::vector<Round *> &v)
 {
@@ -674,6 +701,16 @@ void engine_progress()
     {
         std::unique_lock<std::mutex> g(orphan_mu, std::try_to_lock);
         if (g.owns_lock() && !orphans.empty()) rounds_reap(orphans);
+        for (size_t i = 0; g.owns_lock() && i < retired.size();) {
+            rounds_reap(retired[i].rounds);
+            if (retired[i].rounds.empty()) {
+                PMPI_Comm_free(&retired[i].hidden);
+                retired[i] = std::move(retired.back());
+                retired.pop_back();
+            } else {
+                i++;
+            }
+        }
     }
     std::unique_lock<std::mutex> g(carrier_mu, std::try_to_lock);
     for (size_t i = 0; g.owns_lock() && i < orphan_carriers.size();) {
@@ -688,18 +725,40 @@ void engine_progress()
     }
 }
 
+void engine_drain()
+{
+    // MPI_Finalize: every rank started the same rounds and is here, so waiting ends
+    std::lock_guard<std::mutex> g(orphan_mu);
+    for (Round *r : orphans) {
+        PMPI_Wait(&r->req, MPI_STATUS_IGNORE);
+        delete r;
+    }
+    orphans.clear();
+    for (Retired &t : retired) {
+        for (Round *r : t.rounds) {
+            PMPI_Wait(&r->req, MPI_STATUS_IGNORE);
+            delete r;
+        }
+        PMPI_Comm_free(&t.hidden);
+    }
+    retired.clear();
+}
+
 void engine_comm_freed(CommState *cs)
 {
     QueueLock g(cs);
     cs->freed = true;
     if (!cs->queue.empty()) flush_singletons(cs);
     if (cs->hidden != MPI_COMM_NULL) {
-        {
+        rounds_reap(cs->rounds);
+        if (cs->rounds.empty()) {
+            PMPI_Comm_free(&cs->hidden);
+        } else {  // freed by engine_progress once its rounds completed (nothing waits here)
             std::lock_guard<std::mutex> o(orphan_mu);
-            orphans.insert(orphans.end(), cs->rounds.begin(), cs->rounds.end());
+            retired.push_back(Retired{cs->hidden, std::move(cs->rounds)});
+            cs->rounds.clear();
+            cs->hidden = MPI_COMM_NULL;
         }
-        cs->rounds.clear();
-        PMPI_Comm_free(&cs->hidden);
     }
 }
 

@@ -96,6 +96,8 @@ int engine_group_end();
 int engine_group_depth();
 // Complete agreement rounds whose result was not needed (called at progress points).
 void engine_progress();
+// At MPI_Finalize: complete the agreement rounds left in flight and free what they held.
+void engine_drain();
 // The MPI communicator is being freed: launch its queue, release its hidden duplicate.
 void engine_comm_freed(CommState *cs);
 

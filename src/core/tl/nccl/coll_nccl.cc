@@ -11,6 +11,7 @@
 #include "core/dtype/buffers.h"
 #include "core/dtype/layout.h"
 #include "core/op_table.h"
+#include "core/tl/oneshot/oneshot.h"
 #include "core/tl/staged/staging.h"
 #include "route/route.h"
 #include "util/log.h"
@@ -200,6 +201,7 @@ struct P2P {
 
 nm_status_t nccl_allreduce(NcclCall &c)
 {
+    if (c.op.oneshot) return oneshot_allreduce(c);
     const nm_op_t &o = c.op.o;
     size_t cnt = (size_t)o.rcount;
     char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);

@@ -1,0 +1,298 @@
+// ncclmpi: the one-shot transport (oneshot.h): the window of a process group over CUDA IPC, the
+// element kinds and ops the kernels implement, and the launch.
+#include "core/tl/oneshot/oneshot.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/comm/process_group.h"
+#include "core/dtype/buffers.h"
+#include "core/dtype/dtype.h"
+#include "core/tl/nccl/coll_nccl.h"
+#include "core/tl/oneshot/oneshot_abi.h"
+#include "util/config.h"
+#include "util/log.h"
+
+extern "C" {
+extern const unsigned char nm_oneshot_fatbin[];  // src/gen/oneshot_fatbin.c (tools/embed.py)
+extern const unsigned long nm_oneshot_fatbin_size;
+}
+
+namespace ncclmpi {
+
+struct OneshotWindow {
+    CUcontext ctx = nullptr;
+    int n = 0, rank = 0;
+    size_t slot_bytes = 0, flags_off = 0, bytes = 0;
+    CUdeviceptr win[NM_OS_MAX_RANKS] = {};  // win[rank] is this rank's allocation
+    volatile unsigned *abort_host = nullptr;
+    CUdeviceptr abort_dev = 0;
+    const CUfunction *fn = nullptr;
+    uint64_t seq = 0;  // one-shot calls launched on the group (the same count on every rank)
+};
+
+bool oneshot_built() { return nm_oneshot_fatbin_size > 0; }
+
+// ---- the kernels: one module per context, loaded at the first window ---------------------------
+namespace {
+struct Module {
+    CUcontext ctx;
+    CUfunction fn[NM_OS_NTYPES];
+};
+std::mutex modules_mu;
+std::vector<Module> modules;
+
+const CUfunction *kernels(CUcontext ctx, std::string *why)
+{
+    std::lock_guard<std::mutex> g(modules_mu);
+    for (const Module &m : modules)
+        if (m.ctx == ctx) return m.fn;
+    static const char *const names[NM_OS_NTYPES] = {NM_OS_KERNEL_NAMES};
+    Module m;
+    m.ctx = ctx;
+    CUmodule mod = nullptr;
+    CUresult r = cu.cuModuleLoadData(&mod, nm_oneshot_fatbin);
+    if (r != CUDA_SUCCESS) {
+        *why = std::string("cuModuleLoadData: ") + cuda_errstr(r);
+        return nullptr;
+    }
+    for (int i = 0; i < NM_OS_NTYPES; i++)
+        if ((r = cu.cuModuleGetFunction(&m.fn[i], mod, names[i])) != CUDA_SUCCESS) {
+            *why = std::string("cuModuleGetFunction(") + names[i] + "): " + cuda_errstr(r);
+            return nullptr;  // the module stays loaded: a few kilobytes, once
+        }
+    modules.push_back(m);
+    return modules.back().fn;
+}
+
+// element kind of a predefined type, and the ops MPI defines on it (a bit per NM_OS_*)
+enum : unsigned {
+    ARITH = 1u << NM_OS_SUM | 1u << NM_OS_PROD | 1u << NM_OS_MIN | 1u << NM_OS_MAX,
+    LOGIC = 1u << NM_OS_LAND | 1u << NM_OS_LOR | 1u << NM_OS_LXOR,
+    BITS = 1u << NM_OS_BAND | 1u << NM_OS_BOR | 1u << NM_OS_BXOR,
+    LOC = 1u << NM_OS_MINLOC | 1u << NM_OS_MAXLOC,
+};
+
+struct Kind {
+    int kind;
+    unsigned ops;
+};
+
+Kind int_kind(size_t size, bool is_signed)
+{
+    switch (size) {
+    case 1: return {is_signed ? NM_OS_I8 : NM_OS_U8, ARITH | LOGIC | BITS};
+    case 2: return {is_signed ? NM_OS_I16 : NM_OS_U16, ARITH | LOGIC | BITS};
+    case 4: return {is_signed ? NM_OS_I32 : NM_OS_U32, ARITH | LOGIC | BITS};
+    case 8: return {is_signed ? NM_OS_I64 : NM_OS_U64, ARITH | LOGIC | BITS};
+    default: return {-1, 0};
+    }
+}
+
+Kind kind_of(MPI_Datatype t)
+{
+    if (t == MPI_DATATYPE_NULL) return {-1, 0};
+    int sz = 0;
+    PMPI_Type_size(t, &sz);
+    const MPI_Datatype sints[] = {MPI_SIGNED_CHAR, MPI_SHORT, MPI_INT, MPI_LONG, MPI_LONG_LONG, MPI_INT8_T,
+                                  MPI_INT16_T, MPI_INT32_T, MPI_INT64_T, MPI_AINT, MPI_OFFSET, MPI_COUNT,
+                                  MPI_INTEGER, MPI_INTEGER1, MPI_INTEGER2, MPI_INTEGER4, MPI_INTEGER8};
+    const MPI_Datatype uints[] = {MPI_UNSIGNED_CHAR, MPI_UNSIGNED_SHORT, MPI_UNSIGNED, MPI_UNSIGNED_LONG,
+                                  MPI_UNSIGNED_LONG_LONG, MPI_UINT8_T, MPI_UINT16_T, MPI_UINT32_T, MPI_UINT64_T};
+    for (MPI_Datatype s : sints)
+        if (t == s) return int_kind((size_t)sz, true);
+    for (MPI_Datatype u : uints)
+        if (t == u) return int_kind((size_t)sz, false);
+    if (t == MPI_BYTE) return {NM_OS_U8, BITS};
+    if (t == MPI_C_BOOL && sz == 1) return {NM_OS_U8, LOGIC};
+    if (t == MPI_LOGICAL && sz == 4) return {NM_OS_I32, LOGIC};
+    if ((t == MPI_FLOAT || t == MPI_REAL || t == MPI_REAL4) && sz == 4) return {NM_OS_F32, ARITH};
+    if ((t == MPI_DOUBLE || t == MPI_DOUBLE_PRECISION || t == MPI_REAL8) && sz == 8) return {NM_OS_F64, ARITH};
+    if (t == MPI_FLOAT_INT && sz == 8) return {NM_OS_PAIR_F32, LOC};
+    if (t == MPI_DOUBLE_INT && sz == 12) return {NM_OS_PAIR_F64, LOC};
+    if (t == MPI_LONG_INT && sz == 12) return {NM_OS_PAIR_I64, LOC};
+    if (t == MPI_2INT && sz == 8) return {NM_OS_PAIR_I32, LOC};
+    if (t == MPI_SHORT_INT && sz == 6) return {NM_OS_PAIR_I16, LOC};
+    return {-1, 0};
+}
+
+int op_of(MPI_Op op)
+{
+    const MPI_Op ops[NM_OS_NOPS] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX, MPI_LAND, MPI_LOR,
+                                    MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR, MPI_MINLOC, MPI_MAXLOC};
+    for (int i = 0; i < NM_OS_NOPS; i++)
+        if (op == ops[i]) return i;
+    return -1;
+}
+
+// the element kind and op of a reduction the kernels can run, or false
+bool supported(const DtypeInfo *d, MPI_Op op, int *kind, int *opi)
+{
+    if (!d || d->os_kind < 0 || !d->basic_size || d->size % d->basic_size) return false;
+    int o = op_of(op);
+    if (o < 0 || !(d->os_ops & (1u << o))) return false;
+    *kind = d->os_kind;
+    *opi = o;
+    return true;
+}
+}  // namespace
+
+void oneshot_kind(MPI_Datatype basic, int *kind, unsigned *ops)
+{
+    Kind k = kind_of(basic);
+    *kind = k.kind;
+    *ops = k.ops;
+}
+
+// ---- the window --------------------------------------------------------------------------------
+void oneshot_release(OneshotWindow *w)
+{
+    if (!w) return;
+    DeviceGuard g(w->ctx);
+    for (int q = 0; q < w->n; q++)
+        if (w->win[q] && q != w->rank) cu.cuIpcCloseMemHandle(w->win[q]);
+    if (w->win[w->rank]) cu.cuMemFree(w->win[w->rank]);
+    if (w->abort_host) cu.cuMemFreeHost((void *)w->abort_host);
+    delete w;
+}
+
+void oneshot_abort(OneshotWindow *w)
+{
+    if (w && w->abort_host) *w->abort_host = 1;
+}
+
+void oneshot_setup(ProcessGroup *pg, MPI_Comm comm)
+{
+    const int n = pg->size();
+    // rank-consistent preconditions (the size, the settings, the library): no collective at all
+    if (!nm_cfg.ONESHOT || nm_cfg.ONESHOT_MAX == 0 || !oneshot_built() || n < 2 || n > NM_OS_MAX_RANKS) return;
+    std::string why;
+    OneshotWindow *w = new OneshotWindow;
+    w->ctx = pg->ctx();
+    w->n = n;
+    w->rank = pg->rank();
+    w->slot_bytes = ((size_t)nm_cfg.ONESHOT_MAX + 255) / 256 * 256;
+    w->flags_off = 2 * (size_t)n * w->slot_bytes;
+    w->bytes = w->flags_off + 2 * (size_t)n * NM_OS_MAX_BLOCKS * 8 + 256;  // flags, done counter
+    struct {
+        int ok;
+        unsigned long host;  // ranks on one node only (a CUDA IPC handle means nothing elsewhere)
+        CUipcMemHandle h;
+    } mine, *all = new decltype(mine)[n];
+    memset(&mine, 0, sizeof(mine));
+    char hn[256] = "";
+    gethostname(hn, sizeof(hn) - 1);
+    mine.host = 1469598103934665603ul;  // FNV-1a of the host name
+    for (const char *p = hn; *p; p++) mine.host = (mine.host ^ (unsigned char)*p) * 1099511628211ul;
+    {
+        DeviceGuard g(pg->ctx());
+        void *ab = nullptr;
+        CUresult r;
+        if (!(w->fn = kernels(pg->ctx(), &why))) {
+        } else if ((r = cu.cuMemAlloc(&w->win[w->rank], w->bytes)) != CUDA_SUCCESS) {
+            why = std::string("cuMemAlloc: ") + cuda_errstr(r);
+        } else if ((r = cu.cuMemsetD8Async(w->win[w->rank], 0, w->bytes, pg->stream())) != CUDA_SUCCESS ||
+                   (r = cu.cuStreamSynchronize(pg->stream())) != CUDA_SUCCESS) {
+            why = std::string("clearing the window: ") + cuda_errstr(r);
+        } else if ((r = cu.cuMemHostAlloc(&ab, sizeof(unsigned), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) != CUDA_SUCCESS) {
+            why = std::string("cuMemHostAlloc: ") + cuda_errstr(r);
+        } else if ((w->abort_host = (volatile unsigned *)ab, *w->abort_host = 0,
+                    r = cu.cuMemHostGetDevicePointer(&w->abort_dev, ab, 0)) != CUDA_SUCCESS) {
+            why = std::string("cuMemHostGetDevicePointer: ") + cuda_errstr(r);
+        } else if ((r = cu.cuIpcGetMemHandle(&mine.h, w->win[w->rank])) != CUDA_SUCCESS) {
+            why = std::string("cuIpcGetMemHandle: ") + cuda_errstr(r);
+        } else {
+            mine.ok = 1;
+        }
+    }
+    PMPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, comm);
+    int ok = mine.ok;
+    for (int q = 0; q < n && ok; q++) {
+        if (!all[q].ok) {
+            ok = 0;
+            why = "rank " + std::to_string(q) + " has no window";
+        } else if (all[q].host != mine.host) {
+            ok = 0;
+            why = "rank " + std::to_string(q) + " is on another host";
+        }
+    }
+    if (ok) {
+        DeviceGuard g(pg->ctx());
+        for (int q = 0; q < n && ok; q++) {
+            if (q == w->rank) continue;
+            CUresult r = cu.cuIpcOpenMemHandle(&w->win[q], all[q].h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+            if (r != CUDA_SUCCESS) {
+                ok = 0;
+                w->win[q] = 0;
+                why = "cuIpcOpenMemHandle of rank " + std::to_string(q) + "'s window: " + cuda_errstr(r);
+            }
+        }
+    }
+    delete[] all;
+    int all_ok = 0;
+    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!all_ok) {
+        if (ok) why = "another rank could not map every window";
+        NM_DEBUG(INIT, "%s: no one-shot window: %s", pg->describe().c_str(), why.c_str());
+        oneshot_release(w);
+        return;
+    }
+    NM_DEBUG(INIT, "%s: one-shot window of %zu bytes mapped on %d ranks", pg->describe().c_str(), w->bytes, n);
+    pg->set_oneshot(w);
+}
+
+bool oneshot_fits(const ProcessGroup *pg, const DtypeInfo *d, MPI_Op op, long long count)
+{
+    const OneshotWindow *w = pg ? pg->oneshot() : nullptr;
+    int kind, opi;
+    if (!w || count < 1 || !supported(d, op, &kind, &opi)) return false;
+    return (unsigned long long)count * d->size <= w->slot_bytes &&
+           (unsigned long long)count * d->size <= (unsigned long long)nm_cfg.ONESHOT_MAX;
+}
+
+nm_status_t oneshot_allreduce(NcclCall &c)
+{
+    Op &op = c.op;
+    OneshotWindow *w = c.pg.oneshot();
+    int kind, opi;
+    const DtypeInfo *d = &op.info(SEG_RECV);
+    if (!w || !supported(d, op.o.op, &kind, &opi)) return NM_ERR_UNSUPPORTED;
+    const size_t cnt = (size_t)op.o.rcount;
+    char *dst = c.seg(SEG_RECV, op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
+    const char *src = op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
+    if (c.st != NM_OK) return c.st;
+    nm_os_args_t a;
+    memset(&a, 0, sizeof(a));
+    for (int q = 0; q < w->n; q++) a.win[q] = (char *)w->win[q];
+    a.in = src;
+    a.out = dst;
+    a.seq = ++w->seq;
+    a.esize = (int)d->basic_size;
+    a.count = cnt * d->size / d->basic_size;
+    a.slot_bytes = w->slot_bytes;
+    a.flags_off = w->flags_off;
+    a.abort_word = (volatile unsigned *)w->abort_dev;
+    a.n = w->n;
+    a.rank = w->rank;
+    a.op = opi;
+    // alone in its launch and nothing to copy after it: the kernel reports its own completion
+    if (op.solo && op.post.empty() && op.post_first.empty()) {
+        CUdeviceptr f = 0;
+        op.kdone = c.pg.flag_reserve(c.s, &op.kdone_ticket, &f);
+        a.done_flag = (unsigned long long *)f;
+        a.done_ticket = op.kdone_ticket;
+    }
+    const size_t bytes = (size_t)a.count * (size_t)a.esize;
+    unsigned blocks = (unsigned)((bytes + 2047) / 2048);
+    blocks = blocks < 1 ? 1 : blocks > NM_OS_MAX_BLOCKS ? NM_OS_MAX_BLOCKS : blocks;
+    void *params[] = {&a};
+    NM_CU_CHECK(cu.cuLaunchKernel(w->fn[kind], blocks, 1, 1, NM_OS_THREADS, 1, 1, 0, c.s, params, nullptr),
+                return NM_ERR_CUDA);
+    return NM_OK;
+}
+
+}  // namespace ncclmpi

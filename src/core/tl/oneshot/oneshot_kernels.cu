@@ -1,0 +1,193 @@
+// ncclmpi: one-shot allreduce kernels for small device buffers (the window and the protocol are
+// described in oneshot_abi.h). Built by nvcc into a fatbin that the library embeds and loads with
+// the driver API; no CUDA runtime call is made here.
+#include <stdint.h>
+
+#include "oneshot_abi.h"
+
+namespace {
+
+__device__ __forceinline__ void st_release_sys(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long ld_acquire_sys(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long *flag_at(char *win, const nm_os_args_t &a, int p, int q, int b)
+{
+    return (unsigned long long *)(win + a.flags_off + ((size_t)(p * a.n + q) * NM_OS_MAX_BLOCKS + b) * 8);
+}
+
+// dst and src: global memory (dst may be a peer's, over NVLink)
+__device__ __forceinline__ void copy_bytes(char *dst, const char *src, size_t len)
+{
+    if ((((uintptr_t)dst | (uintptr_t)src | len) & 15) == 0) {
+        for (size_t i = threadIdx.x; i < len / 16; i += blockDim.x) ((int4 *)dst)[i] = ((const int4 *)src)[i];
+    } else if ((((uintptr_t)dst | (uintptr_t)src | len) & 3) == 0) {
+        for (size_t i = threadIdx.x; i < len / 4; i += blockDim.x) ((int *)dst)[i] = ((const int *)src)[i];
+    } else {
+        for (size_t i = threadIdx.x; i < len; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+// ---- element policies: load, store, combine(op, accumulated, next rank's) ----------------------
+template <typename T> struct Wide { typedef unsigned int type; };  // wrapping integer arithmetic
+template <> struct Wide<int64_t> { typedef unsigned long long type; };
+template <> struct Wide<uint64_t> { typedef unsigned long long type; };
+
+template <typename T> struct Int {
+    typedef T V;
+    static __device__ V load(const char *p, size_t i, int) { return ((const T *)p)[i]; }
+    static __device__ void store(char *p, size_t i, int, V v) { ((T *)p)[i] = v; }
+    static __device__ V comb(int op, V a, V b)
+    {
+        typedef typename Wide<T>::type W;
+        switch (op) {
+        case NM_OS_SUM: return (T)((W)a + (W)b);
+        case NM_OS_PROD: return (T)((W)a * (W)b);
+        case NM_OS_MIN: return b < a ? b : a;
+        case NM_OS_MAX: return b > a ? b : a;
+        case NM_OS_LAND: return (T)(a != 0 && b != 0);
+        case NM_OS_LOR: return (T)(a != 0 || b != 0);
+        case NM_OS_LXOR: return (T)((a != 0) != (b != 0));
+        case NM_OS_BAND: return (T)(a & b);
+        case NM_OS_BOR: return (T)(a | b);
+        case NM_OS_BXOR: return (T)(a ^ b);
+        default: return a;
+        }
+    }
+};
+
+template <typename T> struct Float {
+    typedef T V;
+    static __device__ V load(const char *p, size_t i, int) { return ((const T *)p)[i]; }
+    static __device__ void store(char *p, size_t i, int, V v) { ((T *)p)[i] = v; }
+    static __device__ V comb(int op, V a, V b)
+    {
+        switch (op) {
+        case NM_OS_SUM: return a + b;
+        case NM_OS_PROD: return a * b;
+        case NM_OS_MIN: return b < a ? b : a;
+        case NM_OS_MAX: return b > a ? b : a;
+        default: return a;
+        }
+    }
+};
+
+// MPI's pair types, packed as MPI packs them: the value, then an int (esize = sizeof(T) + 4)
+template <typename T> struct Pair {
+    struct V {
+        T v;
+        int i;
+    };
+    static __device__ V load(const char *p, size_t i, int es)
+    {
+        V x;
+        memcpy(&x.v, p + i * es, sizeof(T));
+        memcpy(&x.i, p + i * es + sizeof(T), sizeof(int));
+        return x;
+    }
+    static __device__ void store(char *p, size_t i, int es, V x)
+    {
+        memcpy(p + i * es, &x.v, sizeof(T));
+        memcpy(p + i * es + sizeof(T), &x.i, sizeof(int));
+    }
+    static __device__ V comb(int op, V a, V b)
+    {
+        // MINLOC / MAXLOC: the better value; on a tie, the smaller index
+        bool better = op == NM_OS_MINLOC ? b.v < a.v : b.v > a.v;
+        if (better) return b;
+        if (b.v == a.v && b.i < a.i) a.i = b.i;
+        return a;
+    }
+};
+
+template <class P> __device__ void allreduce(const nm_os_args_t &a)
+{
+    const int b = blockIdx.x, nb = gridDim.x, p = (int)(a.seq & 1);
+    const size_t es = (size_t)a.esize;
+    // each block's share starts 16-byte aligned in the slots (whole elements)
+    size_t align = 1;
+    while ((align * es) % 16) align++;
+    size_t per = (a.count + nb - 1) / nb;
+    per = (per + align - 1) / align * align;
+    const size_t lo = min((size_t)a.count, per * b), hi = min((size_t)a.count, lo + per);
+    const size_t off = lo * es, len = (hi - lo) * es;
+    char *const mine = a.win[a.rank];
+
+    // 1. this rank's share into its slot in every peer's window
+    for (int q = 0; q < a.n; q++)
+        if (q != a.rank) copy_bytes(a.win[q] + (size_t)(p * a.n + a.rank) * a.slot_bytes + off, a.in + off, len);
+    __syncthreads();
+
+    // 2. signal the peers, wait for theirs
+    __shared__ int aborted;
+    if (threadIdx.x == 0) {
+        aborted = 0;
+        __threadfence_system();
+        for (int q = 0; q < a.n; q++)
+            if (q != a.rank) st_release_sys(flag_at(a.win[q], a, p, a.rank, b), a.seq);
+        for (int q = 0; q < a.n && !aborted; q++) {
+            if (q == a.rank) continue;
+            const unsigned long long *f = flag_at(mine, a, p, q, b);
+            for (unsigned spins = 0; ld_acquire_sys(f) < a.seq;)
+                if ((++spins & 1023) == 0 && *a.abort_word) {
+                    aborted = 1;
+                    break;
+                }
+        }
+    }
+    __syncthreads();
+
+    // 3. reduce in rank order 0..n-1 (the same bits on every rank)
+    for (size_t i = lo + threadIdx.x; i < hi && !aborted; i += blockDim.x) {
+        const char *s0 = a.rank == 0 ? a.in : mine + (size_t)(p * a.n) * a.slot_bytes;
+        typename P::V acc = P::load(s0, i, (int)es);
+        for (int q = 1; q < a.n; q++) {
+            const char *sq = q == a.rank ? a.in : mine + (size_t)(p * a.n + q) * a.slot_bytes;
+            acc = P::comb(a.op, acc, P::load(sq, i, (int)es));
+        }
+        P::store(a.out, i, (int)es, acc);
+    }
+
+    // 4. the last block to finish reports the call complete
+    if (a.done_flag) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned *ctr = (unsigned *)(mine + a.flags_off + (size_t)2 * a.n * NM_OS_MAX_BLOCKS * 8);
+            __threadfence();
+            if (atomicAdd(ctr, 1u) == (unsigned)nb - 1) {
+                *ctr = 0;  // the next kernel starts after this one ends
+                __threadfence_system();
+                st_release_sys(a.done_flag, a.done_ticket);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+#define NM_OS_KERNEL(name, P) \
+    extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) name(nm_os_args_t a) { allreduce<P>(a); }
+
+NM_OS_KERNEL(nm_os_allreduce_i8, Int<int8_t>)
+NM_OS_KERNEL(nm_os_allreduce_u8, Int<uint8_t>)
+NM_OS_KERNEL(nm_os_allreduce_i16, Int<int16_t>)
+NM_OS_KERNEL(nm_os_allreduce_u16, Int<uint16_t>)
+NM_OS_KERNEL(nm_os_allreduce_i32, Int<int32_t>)
+NM_OS_KERNEL(nm_os_allreduce_u32, Int<uint32_t>)
+NM_OS_KERNEL(nm_os_allreduce_i64, Int<int64_t>)
+NM_OS_KERNEL(nm_os_allreduce_u64, Int<uint64_t>)
+NM_OS_KERNEL(nm_os_allreduce_f32, Float<float>)
+NM_OS_KERNEL(nm_os_allreduce_f64, Float<double>)
+NM_OS_KERNEL(nm_os_allreduce_pair_f32, Pair<float>)
+NM_OS_KERNEL(nm_os_allreduce_pair_f64, Pair<double>)
+NM_OS_KERNEL(nm_os_allreduce_pair_i64, Pair<int64_t>)
+NM_OS_KERNEL(nm_os_allreduce_pair_i32, Pair<int32_t>)
+NM_OS_KERNEL(nm_os_allreduce_pair_i16, Pair<int16_t>)
