@@ -20,8 +20,9 @@ typedef enum {
     NCCLMPI_ROUTE_NCCL = 1,   /* NCCL on device buffers */
     NCCLMPI_ROUTE_STAGED = 2, /* device buffers copied to host, the real MPI, copied back */
     NCCLMPI_ROUTE_ERROR = 3,  /* rejected with an MPI error */
-    NCCLMPI_ROUTE_ONESHOT = 4, /* one kernel per rank over NVLink (small device reductions) */
-    NCCLMPI_ROUTE_COUNT = 5
+    NCCLMPI_ROUTE_COUNT = 4,  /* the routes ncclmpi_stats_t.route holds (its layout is fixed) */
+    NCCLMPI_ROUTE_ONESHOT = 4 /* one kernel per rank over NVLink (small device reductions); read
+                                 with ncclmpi_get_route_calls */
 } ncclmpi_route_t;
 
 typedef struct ncclmpi_stats {
@@ -37,6 +38,10 @@ const char *ncclmpi_version(void);
  * when the name is not intercepted. Counts are per process and approximate under concurrent
  * calls from several threads (they are not atomic read-modify-writes). */
 int ncclmpi_get_stats(const char *mpi_function, ncclmpi_stats_t *stats);
+
+/* Calls of one intercepted function (named without prefix) that took `route`, any route including
+ * NCCLMPI_ROUTE_ONESHOT. Returns 0, or -1 for an unknown name or route. */
+int ncclmpi_get_route_calls(const char *mpi_function, int route, unsigned long long *calls);
 
 /* Print this process's per-function route table to stderr, in one write (what NCCLMPI_STATS=rank
  * prints at finalize; NCCLMPI_STATS=1 prints a summary over all ranks from rank 0 instead). */

@@ -29,6 +29,17 @@ int nm_fn_lookup(const char *name)
     return -1;
 }
 
+/* Everything not routed elsewhere went to the real MPI: fast-path calls are not counted per
+ * route, so host = entries - other routes (Fortran calls that took the C path are counted once,
+ * as C calls). */
+static uint64_t host_calls(int fn, uint64_t calls, uint64_t fcalls)
+{
+    uint64_t routed = 0;
+    for (int r = NCCLMPI_ROUTE_NCCL; r < NM_ROUTES; r++) routed += __atomic_load_n(&nm_stats.route[fn][r], __ATOMIC_RELAXED);
+    uint64_t entries = calls + fcalls - __atomic_load_n(&nm_stats.fcalls_c[fn], __ATOMIC_RELAXED);
+    return entries >= routed ? entries - routed : 0;
+}
+
 __attribute__((visibility("default"))) int ncclmpi_get_stats(const char *mpi_function, ncclmpi_stats_t *s)
 {
     int fn = nm_fn_lookup(mpi_function);
@@ -36,16 +47,22 @@ __attribute__((visibility("default"))) int ncclmpi_get_stats(const char *mpi_fun
     memset(s, 0, sizeof(*s));
     s->calls = __atomic_load_n(&nm_stats.calls[fn], __ATOMIC_RELAXED);
     s->fortran_calls = __atomic_load_n(&nm_stats.fcalls[fn], __ATOMIC_RELAXED);
-    uint64_t routed = 0;
-    for (int r = NCCLMPI_ROUTE_NCCL; r < NCCLMPI_ROUTE_COUNT; r++) {
+    for (int r = NCCLMPI_ROUTE_NCCL; r < NCCLMPI_ROUTE_COUNT; r++)
         s->route[r] = __atomic_load_n(&nm_stats.route[fn][r], __ATOMIC_RELAXED);
-        routed += s->route[r];
-    }
-    /* Everything not routed elsewhere went to the real MPI: fast-path calls are not counted
-     * per route, so host = entries - other routes (Fortran calls that took the C path are
-     * counted once, as C calls). */
-    uint64_t entries = s->calls + s->fortran_calls - __atomic_load_n(&nm_stats.fcalls_c[fn], __ATOMIC_RELAXED);
-    s->route[NCCLMPI_ROUTE_HOST] = entries >= routed ? entries - routed : 0;
+    s->route[NCCLMPI_ROUTE_HOST] = host_calls(fn, s->calls, s->fortran_calls);
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ncclmpi_get_route_calls(const char *mpi_function, int route,
+                                                                    unsigned long long *calls)
+{
+    int fn = nm_fn_lookup(mpi_function);
+    if (fn < 0 || route < 0 || route >= NM_ROUTES || !calls) return -1;
+    if (route == NCCLMPI_ROUTE_HOST)
+        *calls = host_calls(fn, __atomic_load_n(&nm_stats.calls[fn], __ATOMIC_RELAXED),
+                            __atomic_load_n(&nm_stats.fcalls[fn], __ATOMIC_RELAXED));
+    else
+        *calls = __atomic_load_n(&nm_stats.route[fn][route], __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -66,7 +83,7 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
         v[i][C_FORTRAN] = s.fortran_calls;
         v[i][C_HOST] = s.route[NCCLMPI_ROUTE_HOST];
         v[i][C_NCCL] = s.route[NCCLMPI_ROUTE_NCCL];
-        v[i][C_ONESHOT] = s.route[NCCLMPI_ROUTE_ONESHOT];
+        ncclmpi_get_route_calls(nm_fn_names[i], NCCLMPI_ROUTE_ONESHOT, &v[i][C_ONESHOT]);
         v[i][C_STAGED] = s.route[NCCLMPI_ROUTE_STAGED];
         v[i][C_ERROR] = s.route[NCCLMPI_ROUTE_ERROR];
         for (int c = 0; c < NCOLS; c++) v[NM_FN_COUNT][c] += v[i][c];

@@ -8,11 +8,14 @@
 extern "C" {
 #endif
 
+/* every route, the one-shot route (outside ncclmpi_stats_t's fixed array) included */
+#define NM_ROUTES (NCCLMPI_ROUTE_ONESHOT + 1)
+
 typedef struct nm_stats {
     uint64_t calls[NM_FN_COUNT];
     uint64_t fcalls[NM_FN_COUNT];  /* Fortran entries */
     uint64_t fcalls_c[NM_FN_COUNT]; /* Fortran entries that took the C path */
-    uint64_t route[NM_FN_COUNT][NCCLMPI_ROUTE_COUNT]; /* slow-path decisions (host counted too) */
+    uint64_t route[NM_FN_COUNT][NM_ROUTES]; /* slow-path decisions (host counted too) */
 } nm_stats_t;
 
 extern nm_stats_t nm_stats;

@@ -472,10 +472,10 @@ int main(int argc, char **argv)
         int expect_nccl = !forced && (distinct || ssize == 1);
         if (expect_nccl != (s.route[1] != 0)) route_bad = 1;
         /* LAND/BXOR/MAXLOC/int16 stage, except the small ones the one-shot kernels run */
-        if (s.route[2] == 0 && s.route[4] == 0) route_bad = 1;
+        if (s.route[2] == 0 && s.oneshot == 0) route_bad = 1;
         if (route_bad)
             fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu oneshot=%llu staged=%llu host=%llu (distinct GPUs: %d, "
-                    "split size %d, NCCL expected: %d)\n", rank, s.route[1], s.route[4], s.route[2], s.route[0], distinct, ssize,
+                    "split size %d, NCCL expected: %d)\n", rank, s.route[1], s.oneshot, s.route[2], s.route[0], distinct, ssize,
                     expect_nccl);
         failures += route_bad;
     }
@@ -484,7 +484,7 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("gpu_coll: %d ranks, %d GPU(s), %s, %d cases per rank, %d failure(s); Allreduce routes nccl=%llu oneshot=%llu "
                "staged=%llu\n", size, ndev, distinct ? "one GPU per rank" : "ranks share GPUs", cases, total, s.route[1],
-               s.route[4], s.route[2]);
+               s.oneshot, s.route[2]);
     MPI_Type_free(&contig3);
     MPI_Type_free(&vec);
     MPI_Comm_free(&split);

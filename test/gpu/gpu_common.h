@@ -32,7 +32,8 @@
     } while (0)
 
 typedef struct {
-    unsigned long long calls, fortran_calls, route[5]; /* host, nccl, staged, error, oneshot */
+    unsigned long long calls, fortran_calls, route[4]; /* host, nccl, staged, error */
+    unsigned long long oneshot;                        /* filled by gpu_stats, not ncclmpi */
 } nm_stats_view_t;
 
 /* route counters of one function, or -1 in calls when ncclmpi is not loaded */
@@ -41,7 +42,10 @@ static inline nm_stats_view_t gpu_stats(const char *fn)
     nm_stats_view_t s;
     memset(&s, 0, sizeof(s));
     int (*get)(const char *, nm_stats_view_t *) = (int (*)(const char *, nm_stats_view_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    int (*route)(const char *, int, unsigned long long *) =
+        (int (*)(const char *, int, unsigned long long *))dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
     if (!get || get(fn, &s) != 0) s.calls = (unsigned long long)-1;
+    if (route) route(fn, 4 /* NCCLMPI_ROUTE_ONESHOT */, &s.oneshot);
     return s;
 }
 

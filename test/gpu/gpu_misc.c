@@ -95,7 +95,7 @@ static void test_memory_kinds(int distinct)
         }
     nm_stats_view_t after = gpu_stats("Allreduce");
     if (before.calls != (unsigned long long)-1)
-        CHECK(distinct ? after.route[1] + after.route[4] == before.route[1] + before.route[4] + 1 /* NCCL or one-shot */
+        CHECK(distinct ? after.route[1] + after.oneshot == before.route[1] + before.oneshot + 1 /* NCCL or one-shot */
                        : after.route[2] == before.route[2] + 1,
               "managed memory route");
     cudaFree(m);
@@ -112,7 +112,7 @@ static void test_memory_kinds(int distinct)
         }
     after = gpu_stats("Allreduce");
     if (before.calls != (unsigned long long)-1)
-        CHECK(after.route[1] == before.route[1] && after.route[2] == before.route[2] && after.route[4] == before.route[4],
+        CHECK(after.route[1] == before.route[1] && after.route[2] == before.route[2] && after.oneshot == before.oneshot,
               "pinned memory must take the host route");
     cudaFreeHost(p);
 }

@@ -254,7 +254,7 @@ int main(int argc, char **argv)
     free(hb);
 
     if (s0.calls != (unsigned long long)-1) {
-        unsigned long long one = s1.route[4] - s0.route[4] + i1.route[4] - i0.route[4];
+        unsigned long long one = s1.oneshot - s0.oneshot + i1.oneshot - i0.oneshot;
         unsigned long long stg = s1.route[2] - s0.route[2] + i1.route[2] - i0.route[2];
         /* NM_KERNELS=0: a build without the kernels (the test registration says) */
         const char *os = getenv("NCCLMPI_ONESHOT"), *built = getenv("NM_KERNELS");
