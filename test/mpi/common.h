@@ -235,6 +235,14 @@ static inline void tu_check_stats(void)
         for (int r = NCCLMPI_ROUTE_NCCL; r < NCCLMPI_ROUTE_COUNT; r++)
             CHECK(now.route[r] == b->route[r], "MPI_%s: %llu host-buffer calls took route %d", fn,
                   now.route[r] - b->route[r], r);
+        /* the routes outside ncclmpi_stats_t: none for host buffers; and the host count agrees */
+        typedef int (*route_calls_fn)(const char *, int, unsigned long long *);
+        route_calls_fn rc = (route_calls_fn)dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
+        unsigned long long one = 1, hc = 0;
+        CHECK(rc && rc(fn, NCCLMPI_ROUTE_ONESHOT, &one) == 0 && one == 0, "MPI_%s: %llu one-shot calls", fn, one);
+        CHECK(rc && rc(fn, NCCLMPI_ROUTE_HOST, &hc) == 0 && hc == now.route[NCCLMPI_ROUTE_HOST],
+              "MPI_%s: ncclmpi_get_route_calls says %llu host calls, ncclmpi_get_stats %llu", fn, hc,
+              now.route[NCCLMPI_ROUTE_HOST]);
         char sym[96];
         snprintf(sym, sizeof(sym), "MPI_%s", fn);
         const char *obj = tu_object_of(sym);
