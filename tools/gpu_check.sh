@@ -5,7 +5,9 @@
 # source tree with ./configure.
 # Usage: tools/gpu_check.sh [full|quick|tests|bench|hazard|sanitize]
 #   tests   gpu label (every GPU test, the hazard suite included)
-#   sanitize  compute-sanitizer memcheck over the GPU test programs at 2 and 3 ranks
+#   sanitize  compute-sanitizer memcheck over the GPU test programs at 2 and 3 ranks, racecheck and
+#             synccheck over the one-shot kernels (NM_SANITIZE_TESTS="NP PROG ARGS;...",
+#             NM_SANITIZE_TOOLS to choose; gpu_coll --only NAME --trace narrows a report to a case)
 #   hazard  the hazard suite only
 #   bench   engine_bench (with and without coalescing), coll_bench and classify_cost at one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
@@ -49,7 +51,7 @@ sanitize)
   # its cuMem-mapped peer buffers are invisible to memcheck (NCCL_CUMEM_ENABLE=0: CUDA IPC)
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   export NCCL_CUMEM_ENABLE=0
-  list=${NM_SANITIZE_TESTS:-"2 gpu_coll;2 gpu_misc;2 gpu_stream;3 gpu_coll;2 gpu_hazard layout_gather;3 gpu_hazard layout_bcast;2 gpu_hazard empty_alltoallv_first;3 gpu_hazard signature_pipelined;2 gpu_hazard explicit_group;2 gpu_hazard fuzz"}
+  list=${NM_SANITIZE_TESTS:-"2 gpu_coll --only Alltoall --trace;2 gpu_coll --only Allreduce;2 gpu_oneshot --quick;2 gpu_misc;2 gpu_stream;3 gpu_coll --quick;2 gpu_hazard layout_gather;3 gpu_hazard layout_bcast;2 gpu_hazard explicit_group;2 gpu_hazard fuzz"}
   IFS=';'; set -f; tests=$list; for t in $tests; do IFS=' '
     set -- $t; np=$1; prog=$2; shift 2
     log="$OUT/sanitize.log"
@@ -58,6 +60,13 @@ sanitize)
       --print-limit 20 "test/gpu/$prog" "$@" >> "$log" 2>&1
     echo "== memcheck np=$np $prog $*: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$log") clean summaries so far)"
   done; IFS=' '; set +f
+  # ncclmpi's own kernels (the one-shot path): shared-memory races and barrier misuse
+  for tool in ${NM_SANITIZE_TOOLS:-racecheck synccheck}; do
+    echo "== $tool np=2 gpu_oneshot --quick" >> "$OUT/sanitize.log"
+    timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 preload "$cs" --tool "$tool" --target-processes all --error-exitcode 9 \
+      --print-limit 20 --kernel-name kns=nm_os_ test/gpu/gpu_oneshot --quick >> "$OUT/sanitize.log" 2>&1
+    echo "== $tool np=2 gpu_oneshot --quick: exit $?"
+  done
   # the control: raw NCCL alone (no ncclmpi) under the same memcheck, to tell NCCL's own reports
   echo "== memcheck control: raw NCCL alltoall and allreduce, no ncclmpi" >> "$OUT/sanitize.log"
   timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 plain "$cs" --tool memcheck --report-api-errors no \

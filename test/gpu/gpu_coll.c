@@ -293,8 +293,20 @@ static const char *op_name(MPI_Op op)
 /* ---------------------------------------------------------------------------------------------
  * one case: device run vs host reference
  * ------------------------------------------------------------------------------------------- */
+static const char *only; /* --only NAME: the cases of one collective (to bisect a sanitizer report) */
+static int trace;        /* --trace: rank 0 names each case before running it */
+
 static void run_case(const tcase_t *t)
 {
+    if (only && strcmp(coll_name[t->coll], only)) return; /* the same on every rank */
+    if (trace && rank == 0) {
+        char tname[MPI_MAX_OBJECT_NAME] = "";
+        int tl = 0;
+        MPI_Type_get_name(t->dt, tname, &tl);
+        printf("gpu_coll: case %d: %s%s type=%s op=%s count=%d inplace=%d root=%d comm=%s\n", cases, t->nb ? "I" : "",
+               coll_name[t->coll], tl ? tname : "derived", op_name(t->op), t->count, t->inplace, t->root, t->commname);
+        fflush(stdout);
+    }
     int n, crank;
     MPI_Comm_size(t->comm, &n);
     MPI_Comm_rank(t->comm, &crank);
@@ -373,6 +385,8 @@ int main(int argc, char **argv)
     int quick = 0, ndev;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--trace")) trace = 1;
     int distinct = gpu_select(&ndev);
 
     MPI_Comm split, dup;
@@ -462,7 +476,7 @@ int main(int argc, char **argv)
     /* routes: NCCL when every rank has its own GPU, staged when ranks share one */
     nm_stats_view_t s = gpu_stats("Allreduce");
     int route_bad = 0;
-    if (s.calls != (unsigned long long)-1) {
+    if (s.calls != (unsigned long long)-1 && !only) {
         /* NCCL exactly when one of this rank's communicators has distinct GPUs: always with one
          * GPU per rank; on a shared GPU only through a one-rank split communicator; never when
          * NCCLMPI_FORCE_STAGED=1 */
