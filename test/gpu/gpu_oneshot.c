@@ -6,8 +6,10 @@
  * alternating on one communicator, and two communicators used alternately.
  * With ncclmpi loaded and one GPU per rank, the small calls must have taken the one-shot route;
  * on shared GPUs, the staged one (the fallback); none either with NCCLMPI_ONESHOT=0 or NM_KERNELS=0
- * (a build without the kernels). Usage: gpu_oneshot [--quick] */
+ * (a build without the kernels). --threads: two threads on two communicators at once instead
+ * (MPI_THREAD_MULTIPLE). Usage: gpu_oneshot [--quick] [--threads] */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "gpu_common.h"
@@ -149,14 +151,94 @@ static void run(MPI_Comm comm, const tdesc_t *d, const odesc_t *o, long count, i
     free(got);
 }
 
+/* --threads: two threads, each with its own communicator, run one-shot sums at once (even ranks
+ * start thread 0 first, odd ranks thread 1); every result is checked */
+typedef struct {
+    MPI_Comm comm;
+    int id, iters, bad;
+} thr_t;
+
+static void *thr_main(void *arg)
+{
+    thr_t *t = arg;
+    const int n = 257;
+    int *h = malloc(n * sizeof(int)), *d, *r;
+    CUDACHECK(cudaMalloc((void **)&d, n * sizeof(int)));
+    CUDACHECK(cudaMalloc((void **)&r, n * sizeof(int)));
+    for (int it = 0; it < t->iters && !t->bad; it++) {
+        for (int i = 0; i < n; i++) h[i] = rank * 3 + i + it * 7 + t->id * 1000;
+        CUDACHECK(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice));
+        CUDACHECK(cudaMemset(r, 0xA5, n * sizeof(int)));
+        int rc = MPI_Allreduce(d, r, n, MPI_INT, MPI_SUM, t->comm);
+        CUDACHECK(cudaMemcpy(h, r, n * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n && !t->bad; i++)
+            if (rc != MPI_SUCCESS || h[i] != 3 * size * (size - 1) / 2 + size * (i + it * 7 + t->id * 1000)) t->bad = it + 1;
+    }
+    cudaFree(d);
+    cudaFree(r);
+    free(h);
+    return NULL;
+}
+
+static int run_threads(int quick)
+{
+    thr_t t[2];
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &t[k].comm);
+        t[k].id = k;
+        t[k].iters = quick ? 50 : 300;
+        t[k].bad = 0;
+        /* the NCCL communicator (and the window) of each, made here with every rank present */
+        int *x;
+        CUDACHECK(cudaMalloc((void **)&x, 4 * sizeof(int)));
+        CUDACHECK(cudaMemset(x, 0, 4 * sizeof(int)));
+        MPI_Allreduce(MPI_IN_PLACE, x, 4, MPI_INT, MPI_SUM, t[k].comm);
+        cudaFree(x);
+    }
+    nm_stats_view_t s0 = gpu_stats("Allreduce");
+    int first = rank % 2;
+    pthread_create(&th[first], NULL, thr_main, &t[first]);
+    pthread_create(&th[1 - first], NULL, thr_main, &t[1 - first]);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    nm_stats_view_t s1 = gpu_stats("Allreduce");
+    for (int k = 0; k < 2; k++) {
+        CHECK(!t[k].bad, "thread %d: iteration %d wrong", k, t[k].bad - 1);
+        MPI_Comm_free(&t[k].comm);
+    }
+    if (rank == 0 && s0.calls != (unsigned long long)-1)
+        printf("gpu_oneshot: two threads, %llu one-shot calls\n", s1.oneshot - s0.oneshot);
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("gpu_oneshot --threads: %d failure(s)\n", total);
+    return total;
+}
+
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    int threads = 0, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--threads")) threads = 1;
+    }
+    int provided = MPI_THREAD_SINGLE;
+    if (threads) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    else MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
     int ndev, distinct = gpu_select(&ndev);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (threads) {
+        int total = 0;
+        if (provided < MPI_THREAD_MULTIPLE) {
+            if (rank == 0) printf("gpu_oneshot --threads: MPI_THREAD_MULTIPLE not provided (%d): skipped\n", provided);
+        } else {
+            total = run_threads(quick);
+        }
+        MPI_Finalize();
+        return total ? 1 : provided < MPI_THREAD_MULTIPLE ? 77 : 0;
+    }
 
     /* the NCCL communicator (and the one-shot window) is made at the first blocking device
      * collective NCCL can run */

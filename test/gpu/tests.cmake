@@ -14,6 +14,8 @@ foreach(np 2 3 4)
   set_tests_properties(gpu_oneshot_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NM_KERNELS=${KERNELS}")
 endforeach()
+add_test(gpu_oneshot_np2_threads ${GRUN} 2 "${B}/test/gpu/gpu_oneshot" --threads)
+set_tests_properties(gpu_oneshot_np2_threads PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
 add_test(gpu_oneshot_np2_off ${GRUN} 2 "${B}/test/gpu/gpu_oneshot" --quick)
 set_tests_properties(gpu_oneshot_np2_off PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_ONESHOT=0")
