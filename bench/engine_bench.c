@@ -44,6 +44,12 @@ static int gq_free(void *x) { (void)x; return MPI_SUCCESS; }
 static int gq_cancel(void *x, int c) { (void)x; (void)c; return MPI_SUCCESS; }
 
 /* median over ranks-max of each repetition */
+static dim3 dim3_1(void)
+{
+    dim3 d = {1, 1, 1};
+    return d;
+}
+
 static double median(double *t, int n)
 {
     MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -311,6 +317,51 @@ int main(int argc, char **argv)
                 CK(cudaStreamSynchronize(s));
                 cudaFreeHost(word);
             }
+            /* the floor of a one-kernel blocking call on one GPU: an empty kernel + stream sync, and a
+             * kernel that writes a flag into pinned host memory + a host spin on it (how a one-shot
+             * call completes), each timed call by call (PTX JIT-compiled by the driver) */
+            double k_sync = -1, k_flag = -1;
+            static const char ptx[] =
+                ".version 7.0\n.target sm_80\n.address_size 64\n"
+                ".visible .entry nm_empty() { ret; }\n"
+                ".visible .entry nm_flag(.param .u64 p, .param .u64 v) {\n"
+                "  .reg .b64 %rd<3>;\n  ld.param.u64 %rd1, [p];\n  ld.param.u64 %rd2, [v];\n"
+                "  st.release.sys.global.u64 [%rd1], %rd2;\n  ret;\n}\n";
+            cudaLibrary_t lib;
+            cudaKernel_t kempty, kflag;
+            unsigned long long *hw = NULL;
+            void *dw = NULL;
+            if (cudaLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess &&
+                cudaLibraryGetKernel(&kempty, lib, "nm_empty") == cudaSuccess &&
+                cudaLibraryGetKernel(&kflag, lib, "nm_flag") == cudaSuccess &&
+                cudaHostAlloc((void **)&hw, 8, cudaHostAllocMapped) == cudaSuccess &&
+                cudaHostGetDevicePointer(&dw, hw, 0) == cudaSuccess) {
+                enum { M = 2000 };
+                double *tk = malloc(M * sizeof(double));
+                for (int i = -100; i < M; i++) {
+                    double b = bench_now();
+                    CK(cudaLaunchKernel((const void *)kempty, dim3_1(), dim3_1(), NULL, 0, cudaStreamLegacy));
+                    CK(cudaStreamSynchronize(cudaStreamLegacy));
+                    if (i >= 0) tk[i] = (bench_now() - b) * 1e9;
+                }
+                k_sync = median(tk, M);
+                *(volatile unsigned long long *)hw = 0;
+                for (int i = -100; i < M; i++) {
+                    unsigned long long v = (unsigned long long)(i + 101);
+                    void *args[] = {&dw, &v};
+                    double b = bench_now();
+                    CK(cudaLaunchKernel((const void *)kflag, dim3_1(), dim3_1(), args, 0, cudaStreamLegacy));
+                    while (*(volatile unsigned long long *)hw < v) {
+                    }
+                    if (i >= 0) tk[i] = (bench_now() - b) * 1e9;
+                }
+                k_flag = median(tk, M);
+                CK(cudaStreamSynchronize(cudaStreamLegacy));
+                free(tk);
+                cudaFreeHost(hw);
+            }
+            printf("one kernel on the legacy stream (ns, median): empty + cudaStreamSynchronize %.0f; "
+                   "writing a pinned flag + host spin %.0f\n", k_sync, k_flag);
             printf("primitives (ns/call): cudaEventRecord legacy %.0f, on a stream %.0f; cudaStreamWaitEvent %.0f; "
                    "cudaEventQuery (complete) %.0f; cuStreamWriteValue64 legacy %.0f, on a stream %.0f; "
                    "empty ncclGroupStart/End %.0f; Grequest start+complete+Wait %.0f; Iprobe(COMM_SELF) %.0f\n",
