@@ -240,7 +240,8 @@ nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified 
     const DtypeInfo *d = x.rd ? x.rd : x.sd;  // the signature's basic type (same on both sides)
     in.nccl_type = d ? d->nccl_type : NM_UNSUPPORTED;
     in.nccl_op = nm_map_op(x.o->op);
-    if (x.o->kind == NM_OPK_ALLREDUCE && in.cap == NM_CAP_READY)
+    // only a device rank can take it (host-buffer calls skip the lookup)
+    if (x.o->kind == NM_OPK_ALLREDUCE && in.cap == NM_CAP_READY && in.rank_kind == NM_RK_DEVICE)
         in.oneshot = oneshot_fits(cs->pg.get(), d, x.o->op, x.o->rcount);
     return in;
 }

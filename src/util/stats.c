@@ -83,7 +83,7 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
         v[i][C_FORTRAN] = s.fortran_calls;
         v[i][C_HOST] = s.route[NCCLMPI_ROUTE_HOST];
         v[i][C_NCCL] = s.route[NCCLMPI_ROUTE_NCCL];
-        ncclmpi_get_route_calls(nm_fn_names[i], NCCLMPI_ROUTE_ONESHOT, &v[i][C_ONESHOT]);
+        v[i][C_ONESHOT] = __atomic_load_n(&nm_stats.route[i][NCCLMPI_ROUTE_ONESHOT], __ATOMIC_RELAXED);
         v[i][C_STAGED] = s.route[NCCLMPI_ROUTE_STAGED];
         v[i][C_ERROR] = s.route[NCCLMPI_ROUTE_ERROR];
         for (int c = 0; c < NCOLS; c++) v[NM_FN_COUNT][c] += v[i][c];

@@ -61,18 +61,6 @@ bool ProcessGroup::prepare(std::string *why)
     return true;
 }
 
-const volatile uint64_t *ProcessGroup::flag_write(CUstream s, uint64_t *ticket)
-{
-    if (!flags_) return nullptr;
-    const int slot = s == CU_STREAM_LEGACY ? 1 : 0;
-    const uint64_t t = tickets_[slot] + 1;
-    if (cu.cuStreamWriteValue64(s, dflags_ + slot * sizeof(uint64_t), t, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
-        return nullptr;
-    tickets_[slot] = t;
-    *ticket = t;
-    return flags_ + slot;
-}
-
 const volatile uint64_t *ProcessGroup::flag_reserve(CUstream s, uint64_t *ticket, CUdeviceptr *dflag)
 {
     if (!flags_) return nullptr;
@@ -80,6 +68,17 @@ const volatile uint64_t *ProcessGroup::flag_reserve(CUstream s, uint64_t *ticket
     *ticket = ++tickets_[slot];
     *dflag = dflags_ + slot * sizeof(uint64_t);
     return flags_ + slot;
+}
+
+const volatile uint64_t *ProcessGroup::flag_write(CUstream s, uint64_t *ticket)
+{
+    CUdeviceptr d;
+    const volatile uint64_t *f = flag_reserve(s, ticket, &d);
+    if (f && cu.cuStreamWriteValue64(s, d, *ticket, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+        --tickets_[s == CU_STREAM_LEGACY ? 1 : 0];  // not issued: the next launch takes this ticket
+        return nullptr;
+    }
+    return f;
 }
 
 nm_status_t ProcessGroup::finish_init(ncclResult_t r, const char *how, double t0)

@@ -45,7 +45,6 @@ void Op::reset()
     task = nullptr;
     explicit_group = false;
     oneshot = false;
-    solo = false;
     kdone = nullptr;
     kdone_ticket = 0;
     t_launch = 0;
@@ -207,8 +206,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     }
     if (any_nccl) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
     for (int i = 0; i < n && st == NM_OK; i++) {
-        ops[i]->solo = n == 1;
-        NcclCall c(*ops[i], *pg, s);
+        NcclCall c(*ops[i], *pg, s, n == 1);
         st = op_row(ops[i]->o.kind).nccl(c);
         if (st == NM_OK) st = c.st;
         if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
@@ -273,16 +271,21 @@ static Round *round_start(CommState *cs, int proposal)
     return r;
 }
 
-// Rounds whose result is known in advance (proposal 1): completed in the background.
-static std::mutex orphan_mu;
-static std::vector<Round *> orphans;
-// Hidden duplicates of freed communicators with rounds still in flight: freed once those
-// complete (Open MPI's libnbc may still progress a round on a communicator freed under it).
-struct Retired {
-    MPI_Comm hidden;
+// Rounds nobody waits for any more (a failed wait, a freed communicator), completed in the
+// background; with the hidden duplicate they ran on when its communicator was freed, released once
+// they completed (Open MPI's libnbc may still progress a round on a communicator freed under it).
+struct Background {
+    MPI_Comm hidden;  // to free after the rounds, or MPI_COMM_NULL
     std::vector<Round *> rounds;
 };
-static std::vector<Retired> retired;  // under orphan_mu
+static std::mutex background_mu;
+static std::vector<Background> background;
+
+static void to_background(MPI_Comm hidden, std::vector<Round *> rounds)
+{
+    std::lock_guard<std::mutex> g(background_mu);
+    background.push_back(Background{hidden, std::move(rounds)});
+}
 
 static void rounds_reap(std::vector<Round *> &v)
 {
@@ -383,8 +386,7 @@ static nm_status_t flush_waitable_locked(CommState *cs, uint64_t seq, std::strin
                 std::vector<Op *> ops(cs->queue.begin(), cs->queue.end());
                 queue_pop(cs, (int)ops.size());
                 fail_ops(ops.data(), (int)ops.size(), st, *err);
-                std::lock_guard<std::mutex> g(orphan_mu);
-                orphans.push_back(r);
+                to_background(MPI_COMM_NULL, {r});
                 return st;
             }
             m = std::max(1, std::min(q, r->result));
@@ -699,14 +701,13 @@ void op_finish(Op *op, bool failed)
 void engine_progress()
 {
     {
-        std::unique_lock<std::mutex> g(orphan_mu, std::try_to_lock);
-        if (g.owns_lock() && !orphans.empty()) rounds_reap(orphans);
-        for (size_t i = 0; g.owns_lock() && i < retired.size();) {
-            rounds_reap(retired[i].rounds);
-            if (retired[i].rounds.empty()) {
-                PMPI_Comm_free(&retired[i].hidden);
-                retired[i] = std::move(retired.back());
-                retired.pop_back();
+        std::unique_lock<std::mutex> g(background_mu, std::try_to_lock);
+        for (size_t i = 0; g.owns_lock() && i < background.size();) {
+            rounds_reap(background[i].rounds);
+            if (background[i].rounds.empty()) {
+                if (background[i].hidden != MPI_COMM_NULL) PMPI_Comm_free(&background[i].hidden);
+                background[i] = std::move(background.back());
+                background.pop_back();
             } else {
                 i++;
             }
@@ -728,20 +729,15 @@ void engine_progress()
 void engine_drain()
 {
     // MPI_Finalize: every rank started the same rounds and is here, so waiting ends
-    std::lock_guard<std::mutex> g(orphan_mu);
-    for (Round *r : orphans) {
-        PMPI_Wait(&r->req, MPI_STATUS_IGNORE);
-        delete r;
-    }
-    orphans.clear();
-    for (Retired &t : retired) {
-        for (Round *r : t.rounds) {
+    std::lock_guard<std::mutex> g(background_mu);
+    for (Background &b : background) {
+        for (Round *r : b.rounds) {
             PMPI_Wait(&r->req, MPI_STATUS_IGNORE);
             delete r;
         }
-        PMPI_Comm_free(&t.hidden);
+        if (b.hidden != MPI_COMM_NULL) PMPI_Comm_free(&b.hidden);
     }
-    retired.clear();
+    background.clear();
 }
 
 void engine_comm_freed(CommState *cs)
@@ -754,8 +750,7 @@ void engine_comm_freed(CommState *cs)
         if (cs->rounds.empty()) {
             PMPI_Comm_free(&cs->hidden);
         } else {  // freed by engine_progress once its rounds completed (nothing waits here)
-            std::lock_guard<std::mutex> o(orphan_mu);
-            retired.push_back(Retired{cs->hidden, std::move(cs->rounds)});
+            to_background(cs->hidden, std::move(cs->rounds));
             cs->rounds.clear();
             cs->hidden = MPI_COMM_NULL;
         }

@@ -47,7 +47,6 @@ struct Op {
     Task *task = nullptr;        // nonblocking: the task behind the user's request
     bool explicit_group = false; // issued inside ncclmpi_group_begin/end
     bool oneshot = false;        // runs as a one-shot kernel (tl/oneshot), not as an NCCL call
-    bool solo = false;           // launched alone (a group of one)
     const volatile uint64_t *kdone = nullptr;  // completion flag its kernel writes (one-shot, solo)
     uint64_t kdone_ticket = 0;
     double t_launch = 0;

@@ -16,10 +16,11 @@ enum { SEG_SEND = 0, SEG_RECV = 1 };
 
 class NcclCall {
   public:
-    NcclCall(Op &op, ProcessGroup &pg, CUstream s) : op(op), pg(pg), s(s) {}
+    NcclCall(Op &op, ProcessGroup &pg, CUstream s, bool alone) : op(op), pg(pg), s(s), alone(alone) {}
     Op &op;
     ProcessGroup &pg;
     CUstream s;
+    bool alone;  // the op is launched by itself (a group of one)
     nm_status_t st = NM_OK;  // first failure inside seg() / scratch()
 
     ncclComm_t comm() const { return pg.nccl_comm(); }

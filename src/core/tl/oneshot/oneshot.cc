@@ -280,7 +280,7 @@ nm_status_t oneshot_allreduce(NcclCall &c)
     a.rank = w->rank;
     a.op = opi;
     // alone in its launch and nothing to copy after it: the kernel reports its own completion
-    if (op.solo && op.post.empty() && op.post_first.empty()) {
+    if (c.alone && op.post.empty() && op.post_first.empty()) {
         CUdeviceptr f = 0;
         op.kdone = c.pg.flag_reserve(c.s, &op.kdone_ticket, &f);
         a.done_flag = (unsigned long long *)f;
