@@ -35,12 +35,8 @@ program f_device
       integer(c_long_long), value :: bytes
       integer(c_int) :: rc
     end function
-    function nmt_fortran_calls(name) bind(C, name='nmt_fortran_calls') result(n)
-      import :: c_char, c_long_long
-      character(kind=c_char), dimension(*), intent(in) :: name
-      integer(c_long_long) :: n
-    end function
   end interface
+#include "nmt_stats.inc"
   integer, parameter :: N = 4099
   integer, target :: h(N), g(N)
   integer, pointer :: da(:), db(:)

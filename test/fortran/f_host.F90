@@ -23,22 +23,7 @@ program f_host
   include 'mpif.h'
 #endif
 
-  interface
-    function nmt_fortran_calls(name) bind(C, name='nmt_fortran_calls') result(n)
-      import :: c_char, c_long_long
-      character(kind=c_char), dimension(*), intent(in) :: name
-      integer(c_long_long) :: n
-    end function nmt_fortran_calls
-    function nmt_c_calls(name) bind(C, name='nmt_c_calls') result(n)
-      import :: c_char, c_long_long
-      character(kind=c_char), dimension(*), intent(in) :: name
-      integer(c_long_long) :: n
-    end function nmt_c_calls
-    function nmt_have_ncclmpi() bind(C, name='nmt_have_ncclmpi') result(h)
-      import :: c_int
-      integer(c_int) :: h
-    end function nmt_have_ncclmpi
-  end interface
+#include "nmt_stats.inc"
 
 #if defined(USE_F08)
   character(len=*), parameter :: PROG = 'f_f08'

@@ -21,17 +21,7 @@ program f_more
   include 'mpif.h'
 #endif
 
-  interface
-    function nmt_fortran_calls(name) bind(C, name='nmt_fortran_calls') result(n)
-      import :: c_char, c_long_long
-      character(kind=c_char), dimension(*), intent(in) :: name
-      integer(c_long_long) :: n
-    end function nmt_fortran_calls
-    function nmt_have_ncclmpi() bind(C, name='nmt_have_ncclmpi') result(h)
-      import :: c_int
-      integer(c_int) :: h
-    end function nmt_have_ncclmpi
-  end interface
+#include "nmt_stats.inc"
 
   integer, parameter :: N = 6, POISON = -999
   integer, parameter :: NF = 13

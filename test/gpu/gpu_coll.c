@@ -484,12 +484,12 @@ int main(int argc, char **argv)
         int forced = fs && fs[0] == '1', ssize;
         MPI_Comm_size(split, &ssize);
         int expect_nccl = !forced && (distinct || ssize == 1);
-        if (expect_nccl != (s.route[1] != 0)) route_bad = 1;
+        if (expect_nccl != (s.route[NCCLMPI_ROUTE_NCCL] != 0)) route_bad = 1;
         /* LAND/BXOR/MAXLOC/int16 stage, except the small ones the one-shot kernels run */
-        if (s.route[2] == 0 && s.oneshot == 0) route_bad = 1;
+        if (s.route[NCCLMPI_ROUTE_STAGED] == 0 && s.oneshot == 0) route_bad = 1;
         if (route_bad)
             fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu oneshot=%llu staged=%llu host=%llu (distinct GPUs: %d, "
-                    "split size %d, NCCL expected: %d)\n", rank, s.route[1], s.oneshot, s.route[2], s.route[0], distinct, ssize,
+                    "split size %d, NCCL expected: %d)\n", rank, s.route[NCCLMPI_ROUTE_NCCL], s.oneshot, s.route[NCCLMPI_ROUTE_STAGED], s.route[NCCLMPI_ROUTE_HOST], distinct, ssize,
                     expect_nccl);
         failures += route_bad;
     }
@@ -497,8 +497,8 @@ int main(int argc, char **argv)
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
         printf("gpu_coll: %d ranks, %d GPU(s), %s, %d cases per rank, %d failure(s); Allreduce routes nccl=%llu oneshot=%llu "
-               "staged=%llu\n", size, ndev, distinct ? "one GPU per rank" : "ranks share GPUs", cases, total, s.route[1],
-               s.oneshot, s.route[2]);
+               "staged=%llu\n", size, ndev, distinct ? "one GPU per rank" : "ranks share GPUs", cases, total, s.route[NCCLMPI_ROUTE_NCCL],
+               s.oneshot, s.route[NCCLMPI_ROUTE_STAGED]);
     MPI_Type_free(&contig3);
     MPI_Type_free(&vec);
     MPI_Comm_free(&split);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ncclmpi.h"
+
 #define CUDACHECK(x)                                                                          \
     do {                                                                                      \
         cudaError_t e_ = (x);                                                                 \
@@ -31,22 +33,31 @@
         }                                                                                     \
     } while (0)
 
+/* ncclmpi's counters of one function (the public header's types; the functions are looked up with
+ * dlsym, so the tests run without the library too) */
 typedef struct {
-    unsigned long long calls, fortran_calls, route[4]; /* host, nccl, staged, error */
-    unsigned long long oneshot;                        /* filled by gpu_stats, not ncclmpi */
+    unsigned long long calls, fortran_calls, route[NCCLMPI_ROUTE_COUNT];
+    unsigned long long oneshot; /* NCCLMPI_ROUTE_ONESHOT, outside ncclmpi_stats_t */
 } nm_stats_view_t;
 
 /* route counters of one function, or -1 in calls when ncclmpi is not loaded */
 static inline nm_stats_view_t gpu_stats(const char *fn)
 {
-    nm_stats_view_t s;
-    memset(&s, 0, sizeof(s));
-    int (*get)(const char *, nm_stats_view_t *) = (int (*)(const char *, nm_stats_view_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    nm_stats_view_t v;
+    ncclmpi_stats_t s;
+    memset(&v, 0, sizeof(v));
+    int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
     int (*route)(const char *, int, unsigned long long *) =
         (int (*)(const char *, int, unsigned long long *))dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
-    if (!get || get(fn, &s) != 0) s.calls = (unsigned long long)-1;
-    if (route) route(fn, 4 /* NCCLMPI_ROUTE_ONESHOT */, &s.oneshot);
-    return s;
+    if (!get || get(fn, &s) != 0) {
+        v.calls = (unsigned long long)-1;
+        return v;
+    }
+    v.calls = s.calls;
+    v.fortran_calls = s.fortran_calls;
+    memcpy(v.route, s.route, sizeof(v.route));
+    if (route) route(fn, NCCLMPI_ROUTE_ONESHOT, &v.oneshot);
+    return v;
 }
 
 /* Picks device local_rank % ndev; returns 1 when every rank of the node has its own GPU. */

@@ -95,8 +95,9 @@ static void test_memory_kinds(int distinct)
         }
     nm_stats_view_t after = gpu_stats("Allreduce");
     if (before.calls != (unsigned long long)-1)
-        CHECK(distinct ? after.route[1] + after.oneshot == before.route[1] + before.oneshot + 1 /* NCCL or one-shot */
-                       : after.route[2] == before.route[2] + 1,
+        CHECK(distinct ? after.route[NCCLMPI_ROUTE_NCCL] + after.oneshot ==
+                             before.route[NCCLMPI_ROUTE_NCCL] + before.oneshot + 1 /* NCCL or one-shot */
+                       : after.route[NCCLMPI_ROUTE_STAGED] == before.route[NCCLMPI_ROUTE_STAGED] + 1,
               "managed memory route");
     cudaFree(m);
     /* pinned host memory (cudaMallocHost): the real MPI, unchanged */
@@ -112,7 +113,8 @@ static void test_memory_kinds(int distinct)
         }
     after = gpu_stats("Allreduce");
     if (before.calls != (unsigned long long)-1)
-        CHECK(after.route[1] == before.route[1] && after.route[2] == before.route[2] && after.oneshot == before.oneshot,
+        CHECK(after.route[NCCLMPI_ROUTE_NCCL] == before.route[NCCLMPI_ROUTE_NCCL] &&
+                  after.route[NCCLMPI_ROUTE_STAGED] == before.route[NCCLMPI_ROUTE_STAGED] && after.oneshot == before.oneshot,
               "pinned memory must take the host route");
     cudaFreeHost(p);
 }

@@ -337,7 +337,7 @@ int main(int argc, char **argv)
 
     if (s0.calls != (unsigned long long)-1) {
         unsigned long long one = s1.oneshot - s0.oneshot + i1.oneshot - i0.oneshot;
-        unsigned long long stg = s1.route[2] - s0.route[2] + i1.route[2] - i0.route[2];
+        unsigned long long stg = s1.route[NCCLMPI_ROUTE_STAGED] - s0.route[NCCLMPI_ROUTE_STAGED] + i1.route[NCCLMPI_ROUTE_STAGED] - i0.route[NCCLMPI_ROUTE_STAGED];
         /* NM_KERNELS=0: a build without the kernels (the test registration says) */
         const char *os = getenv("NCCLMPI_ONESHOT"), *built = getenv("NM_KERNELS");
         int expect = distinct && size > 1 && !(os && os[0] == '0') && !(built && built[0] == '0');

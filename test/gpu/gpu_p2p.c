@@ -367,7 +367,7 @@ int main(int argc, char **argv)
         printf("gpu_p2p: %d ranks, %d rounds, seed %llu, %ld messages (%ld from device buffers), %ld failure(s)%s; "
                "rank 0 MPI_Isend routes: staged %lld\n",
                size, rounds, (unsigned long long)seed, sum[0], sum[1], sum[2], host_mode ? " (--host)" : "",
-               sv.calls == (unsigned long long)-1 ? -1LL : (long long)sv.route[2]);
+               sv.calls == (unsigned long long)-1 ? -1LL : (long long)sv.route[NCCLMPI_ROUTE_STAGED]);
     MPI_Comm_free(&c);
     free(all);
     free(nall);

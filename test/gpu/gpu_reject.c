@@ -41,10 +41,11 @@ static void expect_error(const char *fn, int rc, int cls, nm_stats_view_t before
     CHECK(exact_msg ? !strcmp(msg, want) : !strncmp(msg, want, strlen(want)), "MPI_%s: error string \"%s\"", fn, msg);
     if (have_stats) {
         nm_stats_view_t after = gpu_stats(fn);
-        CHECK(after.calls == before.calls + 1 && after.route[3] == before.route[3] + 1 &&
-                  after.route[1] == before.route[1] && after.route[2] == before.route[2],
-              "MPI_%s: counters calls %llu->%llu error %llu->%llu", fn, before.calls, after.calls, before.route[3],
-              after.route[3]);
+        CHECK(after.calls == before.calls + 1 && after.route[NCCLMPI_ROUTE_ERROR] == before.route[NCCLMPI_ROUTE_ERROR] + 1 &&
+                  after.route[NCCLMPI_ROUTE_NCCL] == before.route[NCCLMPI_ROUTE_NCCL] &&
+                  after.route[NCCLMPI_ROUTE_STAGED] == before.route[NCCLMPI_ROUTE_STAGED],
+              "MPI_%s: counters calls %llu->%llu error %llu->%llu", fn, before.calls, after.calls, before.route[NCCLMPI_ROUTE_ERROR],
+              after.route[NCCLMPI_ROUTE_ERROR]);
     }
 }
 /* REJ(Name, args...): MPI_Name(args) must fail with MPI_ERR_BUFFER */

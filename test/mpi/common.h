@@ -305,6 +305,16 @@ static inline void tu_init(int *argc, char ***argv, int thread_level)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
+/* This rank, the size of MPI_COMM_WORLD and the ring neighbours (next or prev may be NULL), after
+ * tu_init */
+static inline void tu_ring(int *r, int *p, int *next, int *prev)
+{
+    *r = tu.rank;
+    *p = tu.size;
+    if (next) *next = (tu.rank + 1) % tu.size;
+    if (prev) *prev = (tu.rank + tu.size - 1) % tu.size;
+}
+
 /* MPI_Finalize, then the counter check. Returns the exit status of the program. */
 static inline int tu_finalize(void)
 {

@@ -302,10 +302,7 @@ static void t_cancel(void)
 int main(int argc, char **argv)
 {
     tu_init(&argc, &argv, -1);
-    R = tu.rank;
-    P = tu.size;
-    next = (R + 1) % P;
-    prev = (R + P - 1) % P;
+    tu_ring(&R, &P, &next, &prev);
     tu_types_create();
     t_null();
     for (int how = 0; how < 6; how++) t_mixed(how);

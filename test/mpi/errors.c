@@ -394,10 +394,7 @@ int main(int argc, char **argv)
         return 0;
     }
     tu_init(&argc, &argv, -1);
-    R = tu.rank;
-    P = tu.size;
-    next = (R + 1) % P;
-    prev = (R + P - 1) % P;
+    tu_ring(&R, &P, &next, &prev);
     tu_types_create();
     OK(Comm_dup, MPI_COMM_WORLD, &D);
     MPI_Errhandler eh = MPI_ERRHANDLER_NULL;

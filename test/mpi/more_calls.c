@@ -510,10 +510,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], CHILD_ARG)) return spawned_child(argc, argv);
     tu_init(&argc, &argv, -1);
-    R = tu.rank;
-    P = tu.size;
-    next = (R + 1) % P;
-    prev = (R + P - 1) % P;
+    tu_ring(&R, &P, &next, &prev);
     tu_types_create();
     t_persistent();
     t_reduce_local();

@@ -221,9 +221,7 @@ static void t_shared(void)
 int main(int argc, char **argv)
 {
     tu_init(&argc, &argv, -1);
-    R = tu.rank;
-    P = tu.size;
-    next = (R + 1) % P;
+    tu_ring(&R, &P, &next, NULL);
     char path[512] = "";
     if (R == 0) {
         const char *tmp = getenv("TMPDIR");

@@ -269,10 +269,7 @@ static void t_dynamic(void)
 int main(int argc, char **argv)
 {
     tu_init(&argc, &argv, -1);
-    R = tu.rank;
-    P = tu.size;
-    next = (R + 1) % P;
-    prev = (R + P - 1) % P;
+    tu_ring(&R, &P, &next, &prev);
     t_fence();
     t_pscw();
     t_passive();

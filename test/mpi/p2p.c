@@ -413,10 +413,7 @@ static void t_persistent(void)
 int main(int argc, char **argv)
 {
     tu_init(&argc, &argv, MPI_THREAD_FUNNELED);
-    R = tu.rank;
-    P = tu.size;
-    next = (R + 1) % P;
-    prev = (R + P - 1) % P;
+    tu_ring(&R, &P, &next, &prev);
     tu_types_create();
     msgs_init();
 
