@@ -239,13 +239,14 @@ static void other_colls(long count, int variant)
  * start thread 0 first, odd ranks thread 1); every result is checked */
 typedef struct {
     MPI_Comm comm;
-    int id, iters, bad;
+    int id, iters, bad, dev;
 } thr_t;
 
 static void *thr_main(void *arg)
 {
     thr_t *t = arg;
     const int n = 257;
+    CUDACHECK(cudaSetDevice(t->dev)); /* the current device is per host thread */
     int *h = malloc(n * sizeof(int)), *d, *r;
     CUDACHECK(cudaMalloc((void **)&d, n * sizeof(int)));
     CUDACHECK(cudaMalloc((void **)&r, n * sizeof(int)));
@@ -273,6 +274,7 @@ static int run_threads(int quick)
         t[k].id = k;
         t[k].iters = quick ? 50 : 300;
         t[k].bad = 0;
+        CUDACHECK(cudaGetDevice(&t[k].dev));
         /* the NCCL communicator (and the window) of each, made here with every rank present */
         int *x;
         CUDACHECK(cudaMalloc((void **)&x, 4 * sizeof(int)));
