@@ -241,8 +241,8 @@ nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified 
     in.nccl_type = d ? d->nccl_type : NM_UNSUPPORTED;
     in.nccl_op = nm_map_op(x.o->op);
     // only a device rank can take it (host-buffer calls skip the lookup)
-    if (x.o->kind == NM_OPK_ALLREDUCE && in.cap == NM_CAP_READY && in.rank_kind == NM_RK_DEVICE)
-        in.oneshot = oneshot_fits(cs->pg.get(), d, x.o->op, x.o->rcount);
+    if (in.cap == NM_CAP_READY && in.rank_kind == NM_RK_DEVICE)
+        in.oneshot = oneshot_fits(cs->pg.get(), x.o->kind, d, x.o->op, x.o->rcount);
     return in;
 }
 

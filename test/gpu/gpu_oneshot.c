@@ -151,6 +151,90 @@ static void run(MPI_Comm comm, const tdesc_t *d, const odesc_t *o, long count, i
     free(got);
 }
 
+/* Reduce (variant 0: root last, 1: root 0, LAND on shorts), Reduce_scatter_block (2: in place),
+ * Bcast (root variant % size), Allgather (3: in place), each against the real MPI on host copies */
+static void other_colls(long count, int variant)
+{
+    const int n = (int)count;
+    const int root = variant % 2 ? 0 : size - 1;
+    short *hs = malloc((size_t)n * size * sizeof(short)), *ws = malloc((size_t)n * size * sizeof(short));
+    int *hi = malloc((size_t)n * size * sizeof(int)), *wi = malloc((size_t)n * size * sizeof(int));
+    int *gi = malloc((size_t)n * size * sizeof(int));
+    short *gs = malloc((size_t)n * size * sizeof(short));
+    int *di, *ri;
+    short *ds, *rs;
+    CUDACHECK(cudaMalloc((void **)&di, (size_t)n * size * sizeof(int)));
+    CUDACHECK(cudaMalloc((void **)&ri, (size_t)n * size * sizeof(int)));
+    CUDACHECK(cudaMalloc((void **)&ds, (size_t)n * size * sizeof(short)));
+    CUDACHECK(cudaMalloc((void **)&rs, (size_t)n * size * sizeof(short)));
+    for (long i = 0; i < (long)n * size; i++) {
+        hi[i] = rank * 31 + (int)i * 7 + variant;
+        hs[i] = (short)((rank + i + variant) % 3 != 0);
+    }
+    /* Reduce: int SUM, and short LAND */
+    MPI_Reduce(hi, wi, n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+    MPI_Reduce(hs, ws, n, MPI_SHORT, MPI_LAND, root, MPI_COMM_WORLD);
+    CUDACHECK(cudaMemcpy(di, hi, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+    CUDACHECK(cudaMemcpy(ds, hs, (size_t)n * sizeof(short), cudaMemcpyHostToDevice));
+    CUDACHECK(cudaMemset(ri, 0xA5, (size_t)n * sizeof(int)));
+    CUDACHECK(cudaMemset(rs, 0xA5, (size_t)n * sizeof(short)));
+    int rc = MPI_Reduce(di, ri, n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+    int rc2 = MPI_Reduce(ds, rs, n, MPI_SHORT, MPI_LAND, root, MPI_COMM_WORLD);
+    if (rank == root) {
+        CUDACHECK(cudaMemcpy(gi, ri, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
+        CUDACHECK(cudaMemcpy(gs, rs, (size_t)n * sizeof(short), cudaMemcpyDeviceToHost));
+        CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "Reduce SUM count %d root %d", n, root);
+        CHECK(rc2 == MPI_SUCCESS && !memcmp(gs, ws, (size_t)n * sizeof(short)), "Reduce LAND short count %d root %d", n, root);
+    }
+    cases += 2;
+    /* Reduce_scatter_block: int SUM over size blocks of n */
+    MPI_Reduce_scatter_block(hi, wi, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CUDACHECK(cudaMemcpy(di, hi, (size_t)n * size * sizeof(int), cudaMemcpyHostToDevice));
+    CUDACHECK(cudaMemset(ri, 0xA5, (size_t)n * size * sizeof(int)));
+    if (variant == 2) {
+        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, di, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CUDACHECK(cudaMemcpy(gi, di, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
+    } else {
+        rc = MPI_Reduce_scatter_block(di, ri, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CUDACHECK(cudaMemcpy(gi, ri, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
+    }
+    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "Reduce_scatter_block count %d%s", n,
+          variant == 2 ? " in place" : "");
+    cases++;
+    /* Bcast of ints from root */
+    for (int i = 0; i < n; i++) wi[i] = root * 1000 + i * 3 + variant;
+    for (int i = 0; i < n; i++) gi[i] = rank == root ? wi[i] : -1;
+    CUDACHECK(cudaMemcpy(di, gi, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+    rc = MPI_Bcast(di, n, MPI_INT, root, MPI_COMM_WORLD);
+    CUDACHECK(cudaMemcpy(gi, di, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "Bcast count %d root %d", n, root);
+    cases++;
+    /* Allgather of ints */
+    MPI_Allgather(hi, n, MPI_INT, wi, n, MPI_INT, MPI_COMM_WORLD);
+    CUDACHECK(cudaMemset(ri, 0xA5, (size_t)n * size * sizeof(int)));
+    if (variant == 3) {
+        CUDACHECK(cudaMemcpy(ri + (size_t)rank * n, hi, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ri, n, MPI_INT, MPI_COMM_WORLD);
+    } else {
+        CUDACHECK(cudaMemcpy(di, hi, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+        rc = MPI_Allgather(di, n, MPI_INT, ri, n, MPI_INT, MPI_COMM_WORLD);
+    }
+    CUDACHECK(cudaMemcpy(gi, ri, (size_t)n * size * sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * size * sizeof(int)), "Allgather count %d%s", n,
+          variant == 3 ? " in place" : "");
+    cases++;
+    cudaFree(di);
+    cudaFree(ri);
+    cudaFree(ds);
+    cudaFree(rs);
+    free(hs);
+    free(ws);
+    free(hi);
+    free(wi);
+    free(gi);
+    free(gs);
+}
+
 /* --threads: two threads, each with its own communicator, run one-shot sums at once (even ranks
  * start thread 0 first, odd ranks thread 1); every result is checked */
 typedef struct {
@@ -288,6 +372,19 @@ int main(int argc, char **argv)
     }
     nm_stats_view_t s1 = gpu_stats("Allreduce"), i1 = gpu_stats("Iallreduce");
 
+    /* the other collectives of the one-shot path: Reduce, Reduce_scatter_block, Bcast, Allgather
+     * (int sums and a 16-bit LAND NCCL lacks; roots first and last; in place and not) */
+    nm_stats_view_t o0[4] = {gpu_stats("Reduce"), gpu_stats("Reduce_scatter_block"), gpu_stats("Bcast"), gpu_stats("Allgather")};
+    {
+        const long ocounts[] = {1, 7, 1000, 4096};
+        for (int ci = 0; ci < (quick ? 2 : 4); ci++)
+            for (int variant = 0; variant < 4; variant++)
+                other_colls(ocounts[ci], variant);
+    }
+    nm_stats_view_t o1[4] = {gpu_stats("Reduce"), gpu_stats("Reduce_scatter_block"), gpu_stats("Bcast"), gpu_stats("Allgather")};
+    unsigned long long other_one = 0;
+    for (int k = 0; k < 4; k++) other_one += o1[k].oneshot - o0[k].oneshot;
+
     /* window reuse: small (one-shot) and large (NCCL) calls alternating on one communicator, and
      * two communicators used alternately; values change every iteration */
     MPI_Comm dup;
@@ -338,8 +435,9 @@ int main(int argc, char **argv)
     free(hb);
 
     if (s0.calls != (unsigned long long)-1) {
-        unsigned long long one = s1.oneshot - s0.oneshot + i1.oneshot - i0.oneshot;
-        unsigned long long stg = s1.route[NCCLMPI_ROUTE_STAGED] - s0.route[NCCLMPI_ROUTE_STAGED] + i1.route[NCCLMPI_ROUTE_STAGED] - i0.route[NCCLMPI_ROUTE_STAGED];
+        unsigned long long one = s1.oneshot - s0.oneshot + i1.oneshot - i0.oneshot + other_one;
+        unsigned long long stg = s1.route[NCCLMPI_ROUTE_STAGED] - s0.route[NCCLMPI_ROUTE_STAGED] +
+                                 i1.route[NCCLMPI_ROUTE_STAGED] - i0.route[NCCLMPI_ROUTE_STAGED];
         /* NM_KERNELS=0: a build without the kernels (the test registration says) */
         const char *os = getenv("NCCLMPI_ONESHOT"), *built = getenv("NM_KERNELS");
         int expect = distinct && size > 1 && !(os && os[0] == '0') && !(built && built[0] == '0');

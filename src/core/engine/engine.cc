@@ -200,7 +200,8 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     // kernels); a group of one-shot ops only needs no NCCL group at all.
     bool any_nccl = false;
     for (int i = 0; i < n; i++) {
-        if (n > 1 && ops[i]->oneshot && ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)
+        const bool red = nm_opk(ops[i]->o.kind) & NM_KF_RED;
+        if (n > 1 && ops[i]->oneshot && (!red || (ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)))
             ops[i]->oneshot = false;
         any_nccl |= !ops[i]->oneshot;
     }

@@ -201,7 +201,7 @@ struct P2P {
 
 nm_status_t nccl_allreduce(NcclCall &c)
 {
-    if (c.op.oneshot) return oneshot_allreduce(c);
+    if (c.op.oneshot) return oneshot_run(c);
     const nm_op_t &o = c.op.o;
     size_t cnt = (size_t)o.rcount;
     char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
@@ -213,6 +213,7 @@ nm_status_t nccl_allreduce(NcclCall &c)
 
 nm_status_t nccl_reduce(NcclCall &c)
 {
+    if (c.op.oneshot) return oneshot_run(c);
     const nm_op_t &o = c.op.o;
     size_t cnt = (size_t)o.rcount;
     if (!c.op.root) {
@@ -230,6 +231,7 @@ nm_status_t nccl_reduce(NcclCall &c)
 
 nm_status_t nccl_bcast(NcclCall &c)
 {
+    if (c.op.oneshot) return oneshot_run(c);
     const nm_op_t &o = c.op.o;
     size_t cnt = (size_t)o.rcount;
     char *buf = c.seg(SEG_RECV, c.op.root ? BUF_IN : BUF_OUT, 0, cnt);
@@ -240,6 +242,7 @@ nm_status_t nccl_bcast(NcclCall &c)
 
 nm_status_t nccl_allgather(NcclCall &c)
 {
+    if (c.op.oneshot) return oneshot_run(c);
     const nm_op_t &o = c.op.o;
     const int n = c.op.n, rank = c.op.rank;
     size_t blk = c.bytes(SEG_RECV, (size_t)o.rcount);
@@ -326,6 +329,7 @@ nm_status_t nccl_alltoallv(NcclCall &c)
 // buffer keeps its input (as the real MPI leaves it).
 nm_status_t nccl_reduce_scatter_block(NcclCall &c)
 {
+    if (c.op.oneshot) return oneshot_run(c);
     const nm_op_t &o = c.op.o;
     const int rank = c.op.rank;
     size_t cnt = (size_t)o.rcount, total = cnt * c.op.size;

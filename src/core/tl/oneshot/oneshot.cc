@@ -14,6 +14,7 @@
 #include "core/dtype/dtype.h"
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/oneshot/oneshot_abi.h"
+#include "route/nm_op.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -41,7 +42,7 @@ bool oneshot_built() { return nm_oneshot_fatbin_size > 0; }
 namespace {
 struct Module {
     CUcontext ctx;
-    CUfunction fn[NM_OS_NTYPES];
+    CUfunction fn[NM_OS_NTYPES + 1];  // the reductions by element kind, then nm_os_move
 };
 std::mutex modules_mu;
 std::vector<Module> modules;
@@ -51,7 +52,7 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
     std::lock_guard<std::mutex> g(modules_mu);
     for (const Module &m : modules)
         if (m.ctx == ctx) return m.fn;
-    static const char *const names[NM_OS_NTYPES] = {NM_OS_KERNEL_NAMES};
+    static const char *const names[NM_OS_NTYPES + 1] = {NM_OS_KERNEL_NAMES, NM_OS_MOVE_KERNEL};
     Module m;
     m.ctx = ctx;
     CUmodule mod = nullptr;
@@ -60,7 +61,7 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
         *why = std::string("cuModuleLoadData: ") + cuda_errstr(r);
         return nullptr;
     }
-    for (int i = 0; i < NM_OS_NTYPES; i++)
+    for (int i = 0; i <= NM_OS_NTYPES; i++)
         if ((r = cu.cuModuleGetFunction(&m.fn[i], mod, names[i])) != CUDA_SUCCESS) {
             *why = std::string("cuModuleGetFunction(") + names[i] + "): " + cuda_errstr(r);
             return nullptr;  // the module stays loaded: a few kilobytes, once
@@ -245,40 +246,89 @@ void oneshot_setup(ProcessGroup *pg, MPI_Comm comm)
     pg->set_oneshot(w);
 }
 
-bool oneshot_fits(const ProcessGroup *pg, const DtypeInfo *d, MPI_Op op, long long count)
+// the kernels' collective for an op kind, or -1
+static int coll_of(int kind)
 {
-    const OneshotWindow *w = pg ? pg->oneshot() : nullptr;
-    int kind, opi;
-    if (!w || count < 1 || !supported(d, op, &kind, &opi)) return false;
-    return (unsigned long long)count * d->size <= w->slot_bytes &&
-           (unsigned long long)count * d->size <= (unsigned long long)nm_cfg.ONESHOT_MAX;
+    switch (kind) {
+    case NM_OPK_ALLREDUCE: return NM_OS_ALLREDUCE;
+    case NM_OPK_REDUCE: return NM_OS_REDUCE;
+    case NM_OPK_REDUCE_SCATTER_BLOCK: return NM_OS_REDUCE_SCATTER_BLOCK;
+    case NM_OPK_BCAST: return NM_OS_BCAST;
+    case NM_OPK_ALLGATHER: return NM_OS_ALLGATHER;
+    default: return -1;
+    }
 }
 
-nm_status_t oneshot_allreduce(NcclCall &c)
+bool oneshot_fits(const ProcessGroup *pg, int kind, const DtypeInfo *d, MPI_Op op, long long count)
+{
+    const OneshotWindow *w = pg ? pg->oneshot() : nullptr;
+    const int coll = coll_of(kind);
+    int ek, opi;
+    if (!w || coll < 0 || count < 1 || !d) return false;
+    if (coll <= NM_OS_REDUCE_SCATTER_BLOCK && !supported(d, op, &ek, &opi)) return false;
+    // the bytes one rank puts into one slot (a block of the result for Reduce_scatter_block)
+    const unsigned long long bytes = (unsigned long long)count * d->size;
+    return bytes <= w->slot_bytes && bytes <= (unsigned long long)nm_cfg.ONESHOT_MAX;
+}
+
+nm_status_t oneshot_run(NcclCall &c)
 {
     Op &op = c.op;
     OneshotWindow *w = c.pg.oneshot();
-    int kind, opi;
-    const DtypeInfo *d = &op.info(SEG_RECV);
-    if (!w || !supported(d, op.o.op, &kind, &opi)) return NM_ERR_UNSUPPORTED;
-    const size_t cnt = (size_t)op.o.rcount;
-    char *dst = c.seg(SEG_RECV, op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
-    const char *src = op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
-    if (c.st != NM_OK) return c.st;
+    const int coll = coll_of(op.o.kind);
+    if (!w || coll < 0) return NM_ERR_UNSUPPORTED;
     nm_os_args_t a;
     memset(&a, 0, sizeof(a));
-    for (int q = 0; q < w->n; q++) a.win[q] = (char *)w->win[q];
+    const size_t cnt = (size_t)op.o.rcount;
+    const int rank = w->rank, n = w->n;
+    int fn = NM_OS_NTYPES;  // nm_os_move
+    const char *src = nullptr;
+    char *dst = nullptr;
+    if (coll <= NM_OS_REDUCE_SCATTER_BLOCK) {
+        const DtypeInfo *d = &op.info(SEG_RECV);
+        if (!supported(d, op.o.op, &fn, &a.op)) return NM_ERR_UNSUPPORTED;
+        a.esize = (int)d->basic_size;
+        a.count = cnt * d->size / d->basic_size;
+        if (coll == NM_OS_REDUCE_SCATTER_BLOCK) {  // as the NCCL body: in place, rank r's result goes to block 0
+            if (op.inplace) {
+                char *whole = c.seg(SEG_RECV, BUF_INOUT, 0, cnt * n);
+                src = whole;
+                dst = rank == 0 ? whole : (char *)c.scratch(c.bytes(SEG_RECV, cnt));
+                if (rank != 0 && dst) c.post_d2d(whole, dst, c.bytes(SEG_RECV, cnt));
+            } else {
+                src = c.seg(SEG_SEND, BUF_IN, 0, cnt * n);
+                dst = c.seg(SEG_RECV, BUF_OUT, 0, cnt);
+            }
+        } else if (coll == NM_OS_REDUCE && !op.root) {
+            src = c.seg(SEG_SEND, BUF_IN, 0, cnt);
+        } else {
+            dst = c.seg(SEG_RECV, op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
+            src = op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
+        }
+    } else if (coll == NM_OS_BCAST) {
+        dst = c.seg(SEG_RECV, op.root ? BUF_IN : BUF_OUT, 0, cnt);
+        src = dst;
+        a.esize = 1;
+        a.count = c.bytes(SEG_RECV, cnt);
+    } else {  // Allgather
+        const size_t blk = c.bytes(SEG_RECV, cnt);
+        dst = c.seg(SEG_RECV, op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt * n);
+        src = op.inplace ? dst + rank * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)op.o.scount);
+        a.esize = 1;
+        a.count = blk;
+    }
+    if (c.st != NM_OK) return c.st;
+    for (int q = 0; q < n; q++) a.win[q] = (char *)w->win[q];
     a.in = src;
     a.out = dst;
     a.seq = ++w->seq;
-    a.esize = (int)d->basic_size;
-    a.count = cnt * d->size / d->basic_size;
     a.slot_bytes = w->slot_bytes;
     a.flags_off = w->flags_off;
     a.abort_word = (volatile unsigned *)w->abort_dev;
-    a.n = w->n;
-    a.rank = w->rank;
-    a.op = opi;
+    a.n = n;
+    a.rank = rank;
+    a.coll = coll;
+    a.root = op.o.root;
     // alone in its launch and nothing to copy after it: the kernel reports its own completion
     if (c.alone && op.post.empty() && op.post_first.empty()) {
         CUdeviceptr f = 0;
@@ -286,11 +336,12 @@ nm_status_t oneshot_allreduce(NcclCall &c)
         a.done_flag = (unsigned long long *)f;
         a.done_ticket = op.kdone_ticket;
     }
+    // blocks: a function of the bytes, the same on every rank
     const size_t bytes = (size_t)a.count * (size_t)a.esize;
     unsigned blocks = (unsigned)((bytes + 2047) / 2048);
     blocks = blocks < 1 ? 1 : blocks > NM_OS_MAX_BLOCKS ? NM_OS_MAX_BLOCKS : blocks;
     void *params[] = {&a};
-    NM_CU_CHECK(cu.cuLaunchKernel(w->fn[kind], blocks, 1, 1, NM_OS_THREADS, 1, 1, 0, c.s, params, nullptr),
+    NM_CU_CHECK(cu.cuLaunchKernel(w->fn[fn], blocks, 1, 1, NM_OS_THREADS, 1, 1, 0, c.s, params, nullptr),
                 return NM_ERR_CUDA);
     return NM_OK;
 }

@@ -34,15 +34,15 @@ void oneshot_release(OneshotWindow *w);
 // Make waiting kernels give up (the group failed).
 void oneshot_abort(OneshotWindow *w);
 
-// The one-shot path can run an allreduce of `count` elements of `d` with `op` on a group that
-// has a window: a kernel for the basic type and op, 1 <= count, bytes <= NCCLMPI_ONESHOT_MAX.
-// Reads only facts every rank of the communicator shares (the signature, the op, the count, the
-// agreed window, the settings), so every rank answers the same.
-bool oneshot_fits(const ProcessGroup *pg, const DtypeInfo *d, MPI_Op op, long long count);
+// The one-shot path can run this call: MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block (a
+// kernel for the basic type and op), MPI_Bcast, MPI_Allgather (any type), their nonblocking forms,
+// on a group with a window, 1 <= count, count x the type's size <= NCCLMPI_ONESHOT_MAX (count: the
+// call's receive count). Reads only facts every rank of the communicator shares (the kind, the
+// signature, the op, the count, the agreed window, the settings), so every rank answers the same.
+bool oneshot_fits(const ProcessGroup *pg, int kind, const DtypeInfo *d, MPI_Op op, long long count);
 
-// The op table's body for MPI_Allreduce/MPI_Iallreduce on the one-shot route: one kernel launch
-// on the call's stream.
-nm_status_t oneshot_allreduce(NcclCall &c);
+// The op table's body on the one-shot route: one kernel launch on the call's stream.
+nm_status_t oneshot_run(NcclCall &c);
 
 }  // namespace ncclmpi
 #endif

@@ -14,10 +14,13 @@
  *
  * A call with sequence number seq (the same on every rank: one-shot calls are counted per group
  * in issue order) and parity seq & 1 runs one kernel per rank. Block b of rank r writes its share
- * of the input into slot(p, r) of every peer's window, then sets flag(p, r, b) = seq in every
- * peer's window (release, system scope); it waits until its own window's flag(p, q, b) >= seq for
- * every peer q (acquire), and reduces the slots of ranks 0, 1, ..., n-1 in that order, so every
- * rank computes the same bits. When done_flag is set, the kernel's last block to finish writes
+ * of what each peer needs from it into slot(p, r) of that peer's window (Allreduce, Allgather: its
+ * input, to every peer; Reduce: its input, to the root; Reduce_scatter_block: block q of its input
+ * to peer q; Bcast: the root's buffer, from the root), then sets flag(p, r, b) = seq in every
+ * peer's window (release, system scope), whatever it sent; it waits until its own window's
+ * flag(p, q, b) >= seq for every peer q (acquire), and builds its output from its slots and its
+ * own input: reductions combine ranks 0, 1, ..., n-1 in that order, so every rank computes the
+ * same bits. When done_flag is set, the kernel's last block to finish writes
  * done_ticket there (host-mapped memory: the call's completion, with no stream operation after
  * the kernel). */
 #ifndef NM_ONESHOT_ABI_H
@@ -36,6 +39,9 @@ enum {
     NM_OS_NTYPES
 };
 
+/* collectives (nm_os_args_t.coll) */
+enum { NM_OS_ALLREDUCE, NM_OS_REDUCE, NM_OS_REDUCE_SCATTER_BLOCK, NM_OS_BCAST, NM_OS_ALLGATHER };
+
 /* ops */
 enum {
     NM_OS_SUM, NM_OS_PROD, NM_OS_MIN, NM_OS_MAX, NM_OS_LAND, NM_OS_LOR, NM_OS_LXOR,
@@ -53,7 +59,8 @@ typedef struct nm_os_args {
     volatile unsigned int *abort_word; /* host-mapped: nonzero makes waiting blocks give up */
     unsigned long long *done_flag;     /* host-mapped completion flag, or NULL */
     unsigned long long done_ticket;
-    int n, rank, op, esize;            /* esize: bytes of one element */
+    int n, rank, op, esize;            /* esize: bytes of one element (1 for data movement) */
+    int coll, root;                    /* NM_OS_ALLREDUCE...; the root of Reduce and Bcast */
 } nm_os_args_t;
 
 /* kernel names, indexed by element kind */
@@ -63,5 +70,6 @@ typedef struct nm_os_args {
     "nm_os_allreduce_f32", "nm_os_allreduce_f64", "nm_os_allreduce_pair_f32",                   \
     "nm_os_allreduce_pair_f64", "nm_os_allreduce_pair_i64", "nm_os_allreduce_pair_i32",         \
     "nm_os_allreduce_pair_i16"
+#define NM_OS_MOVE_KERNEL "nm_os_move" /* Bcast and Allgather: bytes */
 
 #endif

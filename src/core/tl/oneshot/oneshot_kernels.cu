@@ -1,4 +1,4 @@
-// ncclmpi: one-shot allreduce kernels for small device buffers (the window and the protocol are
+// ncclmpi: one-shot kernels for small device collectives (the window and the protocol are
 // described in oneshot_abi.h). Built by nvcc into a fatbin that the library embeds and loads with
 // the driver API; no CUDA runtime call is made here.
 #include <stdint.h>
@@ -108,34 +108,38 @@ template <typename T> struct Pair {
     }
 };
 
-template <class P> __device__ void allreduce(const nm_os_args_t &a)
+// Block b's share of `count` elements of `es` bytes: [lo, hi), starting 16-byte aligned
+__device__ __forceinline__ void share(const nm_os_args_t &a, size_t es, size_t *lo, size_t *hi)
 {
-    const int b = blockIdx.x, nb = gridDim.x, p = (int)(a.seq & 1);
-    const size_t es = (size_t)a.esize;
-    // each block's share starts 16-byte aligned in the slots (whole elements)
+    const int b = blockIdx.x, nb = gridDim.x;
     size_t align = 1;
     while ((align * es) % 16) align++;
     size_t per = (a.count + nb - 1) / nb;
     per = (per + align - 1) / align * align;
-    const size_t lo = min((size_t)a.count, per * b), hi = min((size_t)a.count, lo + per);
-    const size_t off = lo * es, len = (hi - lo) * es;
-    char *const mine = a.win[a.rank];
+    *lo = min((size_t)a.count, per * b);
+    *hi = min((size_t)a.count, *lo + per);
+}
 
-    // 1. this rank's share into its slot in every peer's window
-    for (int q = 0; q < a.n; q++)
-        if (q != a.rank) copy_bytes(a.win[q] + (size_t)(p * a.n + a.rank) * a.slot_bytes + off, a.in + off, len);
-    __syncthreads();
+__device__ __forceinline__ char *slot(const nm_os_args_t &a, char *win, int p, int q)
+{
+    return win + (size_t)(p * a.n + q) * a.slot_bytes;
+}
 
-    // 2. signal the peers, wait for theirs
+// Signal every peer that this block's share is in place, then wait for theirs; false when the
+// group was aborted (a waiting block gives up).
+__device__ bool signal_wait(const nm_os_args_t &a, int p)
+{
     __shared__ int aborted;
+    __syncthreads();
     if (threadIdx.x == 0) {
+        const int b = blockIdx.x;
         aborted = 0;
         __threadfence_system();
         for (int q = 0; q < a.n; q++)
             if (q != a.rank) st_release_sys(flag_at(a.win[q], a, p, a.rank, b), a.seq);
         for (int q = 0; q < a.n && !aborted; q++) {
             if (q == a.rank) continue;
-            const unsigned long long *f = flag_at(mine, a, p, q, b);
+            const unsigned long long *f = flag_at(a.win[a.rank], a, p, q, b);
             for (unsigned spins = 0; ld_acquire_sys(f) < a.seq;)
                 if ((++spins & 1023) == 0 && *a.abort_word) {
                     aborted = 1;
@@ -144,37 +148,82 @@ template <class P> __device__ void allreduce(const nm_os_args_t &a)
         }
     }
     __syncthreads();
+    return !aborted;
+}
 
-    // 3. reduce in rank order 0..n-1 (the same bits on every rank)
-    for (size_t i = lo + threadIdx.x; i < hi && !aborted; i += blockDim.x) {
-        const char *s0 = a.rank == 0 ? a.in : mine + (size_t)(p * a.n) * a.slot_bytes;
-        typename P::V acc = P::load(s0, i, (int)es);
-        for (int q = 1; q < a.n; q++) {
-            const char *sq = q == a.rank ? a.in : mine + (size_t)(p * a.n + q) * a.slot_bytes;
-            acc = P::comb(a.op, acc, P::load(sq, i, (int)es));
-        }
-        P::store(a.out, i, (int)es, acc);
-    }
-
-    // 4. the last block to finish reports the call complete
-    if (a.done_flag) {
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned *ctr = (unsigned *)(mine + a.flags_off + (size_t)2 * a.n * NM_OS_MAX_BLOCKS * 8);
-            __threadfence();
-            if (atomicAdd(ctr, 1u) == (unsigned)nb - 1) {
-                *ctr = 0;  // the next kernel starts after this one ends
-                __threadfence_system();
-                st_release_sys(a.done_flag, a.done_ticket);
-            }
+// The last block to finish reports the call complete (when asked to).
+__device__ void finish(const nm_os_args_t &a)
+{
+    if (!a.done_flag) return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *ctr = (unsigned *)(a.win[a.rank] + a.flags_off + (size_t)2 * a.n * NM_OS_MAX_BLOCKS * 8);
+        __threadfence();
+        if (atomicAdd(ctr, 1u) == (unsigned)gridDim.x - 1) {
+            *ctr = 0;  // the next kernel starts after this one ends
+            __threadfence_system();
+            st_release_sys(a.done_flag, a.done_ticket);
         }
     }
+}
+
+// Allreduce, Reduce, Reduce_scatter_block (count: elements of the result)
+template <class P> __device__ void reduce(const nm_os_args_t &a)
+{
+    const int p = (int)(a.seq & 1);
+    const size_t es = (size_t)a.esize;
+    size_t lo, hi;
+    share(a, es, &lo, &hi);
+    const size_t off = lo * es, len = (hi - lo) * es;
+    const bool rsb = a.coll == NM_OS_REDUCE_SCATTER_BLOCK;
+    // 1. what each peer needs from this rank, into its slot there
+    for (int q = 0; q < a.n; q++) {
+        if (q == a.rank || (a.coll == NM_OS_REDUCE && q != a.root)) continue;
+        const char *src = a.in + (rsb ? (size_t)q * a.count * es : 0) + off;
+        copy_bytes(slot(a, a.win[q], p, a.rank) + off, src, len);
+    }
+    // 2. flags both ways
+    const bool ok = signal_wait(a, p);
+    // 3. combine ranks 0..n-1 in order (the same bits on every rank)
+    const char *own = a.in + (rsb ? (size_t)a.rank * a.count * es : 0);
+    if (ok && (a.coll != NM_OS_REDUCE || a.rank == a.root))
+        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            typename P::V acc = P::load(a.rank == 0 ? own : slot(a, a.win[a.rank], p, 0), i, (int)es);
+            for (int q = 1; q < a.n; q++)
+                acc = P::comb(a.op, acc, P::load(q == a.rank ? own : slot(a, a.win[a.rank], p, q), i, (int)es));
+            P::store(a.out, i, (int)es, acc);
+        }
+    finish(a);
+}
+
+// Bcast (count: bytes; in = out = the buffer) and Allgather (count: bytes per rank)
+__device__ void move(const nm_os_args_t &a)
+{
+    const int p = (int)(a.seq & 1);
+    size_t lo, hi;
+    share(a, 1, &lo, &hi);
+    const size_t len = hi - lo;
+    const bool bcast = a.coll == NM_OS_BCAST;
+    if (!bcast || a.rank == a.root)
+        for (int q = 0; q < a.n; q++)
+            if (q != a.rank) copy_bytes(slot(a, a.win[q], p, a.rank) + lo, a.in + lo, len);
+    const bool ok = signal_wait(a, p);
+    if (ok && bcast && a.rank != a.root) copy_bytes(a.out + lo, slot(a, a.win[a.rank], p, a.root) + lo, len);
+    if (ok && !bcast)
+        for (int q = 0; q < a.n; q++) {
+            char *dst = a.out + (size_t)q * a.count + lo;
+            const char *src = q == a.rank ? a.in + lo : slot(a, a.win[a.rank], p, q) + lo;
+            if (dst != src) copy_bytes(dst, src, len);  // in place: this rank's block is there
+        }
+    finish(a);
 }
 
 }  // namespace
 
 #define NM_OS_KERNEL(name, P) \
-    extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) name(nm_os_args_t a) { allreduce<P>(a); }
+    extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) name(nm_os_args_t a) { reduce<P>(a); }
+
+extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) nm_os_move(nm_os_args_t a) { move(a); }
 
 NM_OS_KERNEL(nm_os_allreduce_i8, Int<int8_t>)
 NM_OS_KERNEL(nm_os_allreduce_u8, Int<uint8_t>)
