@@ -65,6 +65,129 @@ static void report(const char *what, double us, double ref)
     if (csv) fprintf(csv, "%s,%d,%d,%zu,%.3f,%.4f\n", what, size, K, bytes, us, ref > 0 ? us / ref : 0);
 }
 
+/* The floor under a blocking one-kernel call, timed call by call after a barrier (as coll_bench
+ * times a collective), medians over ranks-max:
+ *   empty    an empty kernel on the legacy stream + cudaStreamSynchronize
+ *   flag     a kernel that writes a pinned host flag, the host spinning on it (how a one-shot call
+ *            learns its completion)
+ *   ping     (2 ranks) each rank's kernel stores a flag into the peer GPU's memory (CUDA IPC),
+ *            waits for the peer's, then writes the pinned host flag: the least a one-shot
+ *            exchange between two GPUs can cost
+ *   8 B MPI_Allreduce interleaved with them.
+ * Every wait is bounded (1 s on the host, about as long in the kernel): a flag that never arrives
+ * is reported, not waited for. PTX is JIT-compiled by the driver. */
+static const char floor_ptx[] =
+    ".version 7.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry nm_empty() { ret; }\n"
+    ".visible .entry nm_flag(.param .u64 h, .param .u64 v) {\n"
+    "  .reg .b64 %rd<3>;\n  ld.param.u64 %rd1, [h];\n  ld.param.u64 %rd2, [v];\n"
+    "  st.release.sys.global.u64 [%rd1], %rd2;\n  ret;\n}\n"
+    ".visible .entry nm_ping(.param .u64 peer, .param .u64 mine, .param .u64 h, .param .u64 v) {\n"
+    "  .reg .b64 %rd<8>;\n  .reg .pred %p<3>;\n"
+    "  ld.param.u64 %rd1, [peer];\n  ld.param.u64 %rd2, [mine];\n  ld.param.u64 %rd3, [h];\n"
+    "  ld.param.u64 %rd4, [v];\n  mov.u64 %rd6, 0;\n"
+    "  st.release.sys.global.u64 [%rd1], %rd4;\n"
+    "WAIT:\n  ld.acquire.sys.global.u64 %rd5, [%rd2];\n  setp.ge.u64 %p1, %rd5, %rd4;\n"
+    "  @%p1 bra DONE;\n  add.u64 %rd6, %rd6, 1;\n  setp.lt.u64 %p2, %rd6, 400000000;\n  @%p2 bra WAIT;\n"
+    "DONE:\n  st.release.sys.global.u64 [%rd3], %rd4;\n  ret;\n}\n";
+
+static int spin_until(volatile unsigned long long *w, unsigned long long v)
+{
+    double t0 = bench_now();
+    for (unsigned i = 0;; i++) {
+        if (*w >= v) return 1;
+        if ((i & 1023) == 0 && bench_now() - t0 > 1.0) return 0;
+    }
+}
+
+static void launch_floor(MPI_Comm c)
+{
+    cudaLibrary_t lib;
+    cudaKernel_t kempty, kflag, kping;
+    unsigned long long *hw = NULL, *mine = NULL, *peer = NULL;
+    void *dw = NULL;
+    int ok = cudaLibraryLoadData(&lib, floor_ptx, NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess &&
+             cudaLibraryGetKernel(&kempty, lib, "nm_empty") == cudaSuccess &&
+             cudaLibraryGetKernel(&kflag, lib, "nm_flag") == cudaSuccess &&
+             cudaLibraryGetKernel(&kping, lib, "nm_ping") == cudaSuccess &&
+             cudaHostAlloc((void **)&hw, 8, cudaHostAllocMapped) == cudaSuccess &&
+             cudaHostGetDevicePointer(&dw, hw, 0) == cudaSuccess && cudaMalloc((void **)&mine, 8) == cudaSuccess &&
+             cudaMemset(mine, 0, 8) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c);
+    if (!all) {
+        if (rank == 0) printf("launch floor: not measured (PTX load or allocation failed on a rank)\n");
+        return;
+    }
+    int ping = size == 2;
+    if (ping) {  /* exchange the flags' IPC handles */
+        cudaIpcMemHandle_t h, ph;
+        ping = cudaIpcGetMemHandle(&h, mine) == cudaSuccess;
+        MPI_Sendrecv(&h, sizeof(h), MPI_BYTE, 1 - rank, 7, &ph, sizeof(ph), MPI_BYTE, 1 - rank, 7, c, MPI_STATUS_IGNORE);
+        ping = ping && cudaIpcOpenMemHandle((void **)&peer, ph, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
+        int both = 0;
+        MPI_Allreduce(&ping, &both, 1, MPI_INT, MPI_MIN, c);
+        ping = both;
+    }
+    float *one = NULL;
+    CK(cudaMalloc((void **)&one, 8));
+    CK(cudaMemset(one, 0, 8));
+    enum { W = 4 };
+    double *t[W];
+    for (int k = 0; k < W; k++) t[k] = malloc(R * sizeof(double));
+    int lost = 0;
+    unsigned long long v = 0;
+    *(volatile unsigned long long *)hw = 0;
+    for (int rep = -10; rep < R && !lost; rep++) {
+        double d[W] = {0};
+        MPI_Barrier(c);
+        double a = bench_now();
+        CK(cudaLaunchKernel((const void *)kempty, dim3_1(), dim3_1(), NULL, 0, cudaStreamLegacy));
+        CK(cudaStreamSynchronize(cudaStreamLegacy));
+        d[0] = bench_now() - a;
+        MPI_Barrier(c);
+        a = bench_now();
+        v++;
+        void *fa[] = {&dw, &v};
+        CK(cudaLaunchKernel((const void *)kflag, dim3_1(), dim3_1(), fa, 0, cudaStreamLegacy));
+        lost |= !spin_until(hw, v);
+        d[1] = bench_now() - a;
+        if (ping) {
+            MPI_Barrier(c);
+            a = bench_now();
+            v++;
+            void *pa[] = {&peer, &mine, &dw, &v};
+            CK(cudaLaunchKernel((const void *)kping, dim3_1(), dim3_1(), pa, 0, cudaStreamLegacy));
+            lost |= !spin_until(hw, v);
+            d[2] = bench_now() - a;
+        }
+        MPI_Barrier(c);
+        a = bench_now();
+        MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
+        d[3] = bench_now() - a;
+        if (rep >= 0)
+            for (int k = 0; k < W; k++) t[k][rep] = d[k] * 1e6;
+        int any = 0;
+        MPI_Allreduce(&lost, &any, 1, MPI_INT, MPI_MAX, c);
+        lost = any;
+    }
+    CK(cudaDeviceSynchronize());
+    double m[W];  /* median() is collective: every rank computes it */
+    for (int k = 0; k < W; k++) m[k] = lost ? 0 : median(t[k], R);
+    if (rank == 0) {
+        if (lost) printf("launch floor: a flag did not arrive within 1 s; not measured\n");
+        else
+            printf("launch floor (us, median over ranks-max): empty kernel + sync %.2f; kernel writing a pinned flag + "
+                   "spin %.2f; two-GPU flag ping + pinned flag %s%.2f; 8 B MPI_Allreduce %.2f\n",
+                   m[0], m[1], ping ? "" : "(not run, needs 2 ranks) ", m[2], m[3]);
+    }
+    if (peer) cudaIpcCloseMemHandle(peer);
+    for (int k = 0; k < W; k++) free(t[k]);
+    cudaFree(one);
+    cudaFree(mine);
+    cudaFreeHost(hw);
+}
+
 int main(int argc, char **argv)
 {
     const char *out = NULL;
@@ -263,6 +386,7 @@ int main(int argc, char **argv)
             free(tb);
             free(tc);
         }
+        launch_floor(c);
         if (rank == 0) {
             enum { N = 20000 };
             cudaEvent_t ev;
@@ -317,51 +441,6 @@ int main(int argc, char **argv)
                 CK(cudaStreamSynchronize(s));
                 cudaFreeHost(word);
             }
-            /* the floor of a one-kernel blocking call on one GPU: an empty kernel + stream sync, and a
-             * kernel that writes a flag into pinned host memory + a host spin on it (how a one-shot
-             * call completes), each timed call by call (PTX JIT-compiled by the driver) */
-            double k_sync = -1, k_flag = -1;
-            static const char ptx[] =
-                ".version 7.0\n.target sm_80\n.address_size 64\n"
-                ".visible .entry nm_empty() { ret; }\n"
-                ".visible .entry nm_flag(.param .u64 p, .param .u64 v) {\n"
-                "  .reg .b64 %rd<3>;\n  ld.param.u64 %rd1, [p];\n  ld.param.u64 %rd2, [v];\n"
-                "  st.release.sys.global.u64 [%rd1], %rd2;\n  ret;\n}\n";
-            cudaLibrary_t lib;
-            cudaKernel_t kempty, kflag;
-            unsigned long long *hw = NULL;
-            void *dw = NULL;
-            if (cudaLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess &&
-                cudaLibraryGetKernel(&kempty, lib, "nm_empty") == cudaSuccess &&
-                cudaLibraryGetKernel(&kflag, lib, "nm_flag") == cudaSuccess &&
-                cudaHostAlloc((void **)&hw, 8, cudaHostAllocMapped) == cudaSuccess &&
-                cudaHostGetDevicePointer(&dw, hw, 0) == cudaSuccess) {
-                enum { M = 2000 };
-                double *tk = malloc(M * sizeof(double));
-                for (int i = -100; i < M; i++) {
-                    double b = bench_now();
-                    CK(cudaLaunchKernel((const void *)kempty, dim3_1(), dim3_1(), NULL, 0, cudaStreamLegacy));
-                    CK(cudaStreamSynchronize(cudaStreamLegacy));
-                    if (i >= 0) tk[i] = (bench_now() - b) * 1e9;
-                }
-                k_sync = median(tk, M);
-                *(volatile unsigned long long *)hw = 0;
-                for (int i = -100; i < M; i++) {
-                    unsigned long long v = (unsigned long long)(i + 101);
-                    void *args[] = {&dw, &v};
-                    double b = bench_now();
-                    CK(cudaLaunchKernel((const void *)kflag, dim3_1(), dim3_1(), args, 0, cudaStreamLegacy));
-                    while (*(volatile unsigned long long *)hw < v) {
-                    }
-                    if (i >= 0) tk[i] = (bench_now() - b) * 1e9;
-                }
-                k_flag = median(tk, M);
-                CK(cudaStreamSynchronize(cudaStreamLegacy));
-                free(tk);
-                cudaFreeHost(hw);
-            }
-            printf("one kernel on the legacy stream (ns, median): empty + cudaStreamSynchronize %.0f; "
-                   "writing a pinned flag + host spin %.0f\n", k_sync, k_flag);
             printf("primitives (ns/call): cudaEventRecord legacy %.0f, on a stream %.0f; cudaStreamWaitEvent %.0f; "
                    "cudaEventQuery (complete) %.0f; cuStreamWriteValue64 legacy %.0f, on a stream %.0f; "
                    "empty ncclGroupStart/End %.0f; Grequest start+complete+Wait %.0f; Iprobe(COMM_SELF) %.0f\n",

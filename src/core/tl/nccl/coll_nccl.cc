@@ -25,7 +25,10 @@ static const size_t kMaxRuns = 1 << 16;
 void *NcclCall::scratch(size_t bytes)
 {
     CUdeviceptr p = 0;
-    if (cu.cuMemAllocAsync(&p, bytes ? bytes : 1, s) != CUDA_SUCCESS) {
+    // whole 256-byte blocks: NCCL's copies load in words and vectors, so a scratch of a few bytes
+    // (an in-place Alltoall of one MPI_INT8_T per rank) was read past its end (compute-sanitizer
+    // memcheck)
+    if (cu.cuMemAllocAsync(&p, bytes ? (bytes + 255) / 256 * 256 : 256, s) != CUDA_SUCCESS) {
         NM_ERROR(COLL, "%s: cannot allocate %zu bytes of device scratch", op.describe().c_str(), bytes);
         if (st == NM_OK) st = NM_ERR_NO_MEM;
         return nullptr;
