@@ -22,6 +22,7 @@ struct OpCtx {
     const CommState *cs = nullptr;
     int rank = 0, size = 1;  // in the (local group of the) communicator
     int n = 1;               // ranks data comes from / goes to (remote size for intercommunicators)
+    int nin = 0, nout = 0;   // neighbourhood collectives: the topology's in- and out-degree
     bool inter = false;
     bool root = false, leaf = false;  // rooted kinds: root, or a rank that sends to / receives from it
     bool inplace = false;             // MPI_IN_PLACE as the send buffer

@@ -29,6 +29,9 @@ enum {
     NM_KF_ELEM = 1u << 5,   /* elementwise over one buffer (staged pipelining applies) */
     NM_KF_P2P = 1u << 6,    /* point-to-point */
     NM_KF_V = 1u << 7,      /* per-rank counts and displacements */
+    NM_KF_NEIGH = 1u << 8,  /* neighbourhood collective: one block per neighbour of the topology
+                               (not NM_KF_COLL: device buffers are staged, host ones go to the real
+                               MPI, so every rank's route ends in the same real-MPI call) */
 };
 
 /*   X(KIND, name, facts) */
@@ -51,6 +54,10 @@ enum {
     X(SCAN, scan, NM_KF_COLL | NM_KF_RED | NM_KF_ELEM)                                        \
     X(EXSCAN, exscan, NM_KF_COLL | NM_KF_RED)                                                 \
     X(BARRIER, barrier, NM_KF_COLL)                                                           \
+    X(NEIGHBOR_ALLGATHER, neighbor_allgather, NM_KF_NEIGH)                                    \
+    X(NEIGHBOR_ALLGATHERV, neighbor_allgatherv, NM_KF_NEIGH | NM_KF_V)                        \
+    X(NEIGHBOR_ALLTOALL, neighbor_alltoall, NM_KF_NEIGH)                                      \
+    X(NEIGHBOR_ALLTOALLV, neighbor_alltoallv, NM_KF_NEIGH | NM_KF_V)                          \
     X(SEND, send, NM_KF_P2P)                                                                  \
     X(RECV, recv, NM_KF_P2P)                                                                  \
     X(SENDRECV, sendrecv, NM_KF_P2P)                                                          \

@@ -54,7 +54,7 @@ nm_decision_t nm_route(const nm_route_in_t *in)
             return mk(NCCLMPI_ROUTE_HOST, in->rank_kind == NM_RK_EMPTY ? NM_WHY_EMPTY : NM_WHY_HOST_BUFFERS, 0);
         if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT, 0);
         if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, 0);
-        return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_P2P, 0);
+        return mk(NCCLMPI_ROUTE_STAGED, (f & NM_KF_NEIGH) ? NM_WHY_NEIGHBOR : NM_WHY_P2P, 0);
     }
     unsigned act = create_act(in);
     if (in->rank_kind == NM_RK_EMPTY) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_EMPTY, act);
@@ -114,6 +114,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_FAILED] = "the communicator's NCCL operations failed earlier",
         [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
         [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
+        [NM_WHY_NEIGHBOR] = "neighbourhood collective on device buffers is staged",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";
 }

@@ -60,6 +60,7 @@ typedef enum {
     NM_WHY_FAILED,        /* the communicator's NCCL side failed earlier */
     NM_WHY_AGREE_NB,      /* NCCLMPI_AGREE: nonblocking collectives do not vote: staged */
     NM_WHY_ONESHOT,       /* small reduction the one-shot kernels run */
+    NM_WHY_NEIGHBOR,      /* neighbourhood collective on device buffers: staged */
     NM_WHY_COUNT_
 } nm_why_t;
 

@@ -1,7 +1,8 @@
 // gpu_stream: a kernel writes the send buffer on the legacy default stream and MPI_Allreduce is
 // called right after, with no synchronisation. A CUDA-aware MPI must see the kernel's data
 // (ncclmpi orders its comm stream after the default stream). Checked for NCCL-able and staged
-// operations, blocking and nonblocking.
+// operations, blocking and nonblocking; and a kernel still writing a device receive buffer when a
+// staged receive is posted must finish before the message lands.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -68,9 +69,41 @@ int main(int argc, char **argv)
             }
         }
     }
+    // The receive side (staged point-to-point): a slow kernel still writing the receive buffer
+    // when MPI_Irecv/MPI_Recv is called must finish first; the message then overwrites it (its
+    // values differ from the kernel's). Ring: from rank - 1, to rank + 1 (a host buffer, sent at once).
+    const int from = (rank + size - 1) % size, to = (rank + 1) % size;
+    for (int nb = 0; nb < 2 && size > 1; nb++) {
+        CUDACHECK(cudaMemset(d_out, 0, n * sizeof(int)));
+        CUDACHECK(cudaDeviceSynchronize());
+        MPI_Barrier(MPI_COMM_WORLD);
+        slow_fill<<<64, 256>>>(d_out, n, rank, 50 * 1000 * 1000);
+        CUDACHECK(cudaGetLastError());
+        MPI_Request rq[2];
+        int *hs = (int *)malloc(n * sizeof(int));
+        for (int i = 0; i < n; i++) hs[i] = -(rank * 1000 + i % 89) - 1;
+        if (nb) {
+            MPI_Irecv(d_out, n, MPI_INT, from, 5, MPI_COMM_WORLD, &rq[0]);
+            MPI_Isend(hs, n, MPI_INT, to, 5, MPI_COMM_WORLD, &rq[1]);
+            MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+        } else {
+            MPI_Sendrecv(hs, n, MPI_INT, to, 5, d_out, n, MPI_INT, from, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        free(hs);
+        CUDACHECK(cudaMemcpy(h, d_out, n * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; i++) {
+            const int want = -(from * 1000 + i % 89) - 1;
+            if (h[i] != want) {
+                fprintf(stderr, "[rank %d] FAIL receive after a kernel (%s): element %d = %d, want %d\n", rank,
+                        nb ? "Irecv" : "Sendrecv", i, h[i], want);
+                failures++;
+                break;
+            }
+        }
+    }
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("gpu_stream: %d ranks, kernel-written send buffers: %d failure(s)\n", size, total);
+    if (rank == 0) printf("gpu_stream: %d ranks, kernel-written send and receive buffers: %d failure(s)\n", size, total);
     cudaFree(d_in);
     cudaFree(d_out);
     free(h);

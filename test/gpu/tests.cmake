@@ -119,3 +119,14 @@ foreach(np 2 3)
   add_test(mpi_p2p_fuzz_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_p2p" --host --max 1048576 --seed ${np})
   set_tests_properties(mpi_p2p_fuzz_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
 endforeach()
+
+# gpu_neighbor: neighbourhood collectives (ring, 2-D grid with missing neighbours, dist graph) on
+# device buffers, staged, against the real MPI on host copies; on malloc buffers with --host
+foreach(np 1 2 3 4)
+  add_test(gpu_neighbor_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_neighbor")
+  set_tests_properties(gpu_neighbor_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
+foreach(np 2 3)
+  add_test(mpi_neighbor_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_neighbor" --host)
+  set_tests_properties(mpi_neighbor_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
+endforeach()

@@ -57,6 +57,30 @@ struct Builder {
 // receive buffer direction when the send buffer is MPI_IN_PLACE
 int ios(const OpCtx &c) { return c.inplace ? BUF_INOUT : BUF_OUT; }
 
+// The in- and out-degree of comm's topology (Cartesian: two per dimension, a missing neighbour
+// included as MPI_PROC_NULL); false without a topology (the real MPI reports the error).
+bool neighbor_degrees(MPI_Comm comm, int *nin, int *nout)
+{
+    int topo = MPI_UNDEFINED, weighted = 0;
+    if (comm == MPI_COMM_NULL || PMPI_Topo_test(comm, &topo) != MPI_SUCCESS) return false;
+    switch (topo) {
+    case MPI_CART: {
+        int nd = 0;
+        if (PMPI_Cartdim_get(comm, &nd) != MPI_SUCCESS) return false;
+        *nin = *nout = 2 * nd;
+        return true;
+    }
+    case MPI_GRAPH: {
+        int r = 0;
+        if (PMPI_Comm_rank(comm, &r) != MPI_SUCCESS || PMPI_Graph_neighbors_count(comm, r, nin) != MPI_SUCCESS) return false;
+        *nout = *nin;
+        return true;
+    }
+    case MPI_DIST_GRAPH: return PMPI_Dist_graph_neighbors_count(comm, nin, nout, &weighted) == MPI_SUCCESS;
+    default: return false;
+    }
+}
+
 }  // namespace
 
 int buffers_none(const OpCtx &, BufRef *) { return 0; }
@@ -252,6 +276,41 @@ int buffers_sendrecv(const OpCtx &c, BufRef *out)
     return b.done();
 }
 
+// Neighbourhood collectives: a block per neighbour, nout sent, nin received (MPI-3.1 7.6). The
+// block of a missing Cartesian neighbour (MPI_PROC_NULL) is left as it was: receive buffers are
+// copied in and back whole.
+int buffers_neighbor_allgather(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.nout > 0) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, (long long)c.o->rcount * c.nin);
+    return b.done();
+}
+
+int buffers_neighbor_allgatherv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.nout > 0) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
+    if (c.nin > 0) b.addv(true, c.o->rbuf, BUF_INOUT, c.o->rtype, nullptr, c.o->rcounts, c.o->rdispls, c.nin);
+    return b.done();
+}
+
+int buffers_neighbor_alltoall(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    b.add(false, c.o->sbuf, BUF_IN, c.o->stype, (long long)c.o->scount * c.nout);
+    b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, (long long)c.o->rcount * c.nin);
+    return b.done();
+}
+
+int buffers_neighbor_alltoallv(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.nout > 0) b.addv(false, c.o->sbuf, BUF_IN, c.o->stype, nullptr, c.o->scounts, c.o->sdispls, c.nout);
+    if (c.nin > 0) b.addv(true, c.o->rbuf, BUF_INOUT, c.o->rtype, nullptr, c.o->rcounts, c.o->rdispls, c.nin);
+    return b.done();
+}
+
 int buffers_sendrecv_replace(const OpCtx &c, BufRef *out)
 {
     Builder b{out};
@@ -280,6 +339,7 @@ bool op_ctx_init(const nm_op_t *o, const CommState *cs, OpCtx *c)
         c->n = cs->inter ? cs->remote_size : cs->size;
     }
     const unsigned f = nm_opk(o->kind);
+    if ((f & NM_KF_NEIGH) && !neighbor_degrees(o->comm, &c->nin, &c->nout)) return false;
     if (f & NM_KF_ROOTED) {
         if (c->inter) {
             c->root = o->root == MPI_ROOT;

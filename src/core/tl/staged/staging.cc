@@ -64,7 +64,10 @@ Device *device_get(int ordinal)
 
 Lane *lane_get(Device *d)
 {
-    static thread_local std::map<int, Lane *> lanes;  // per thread, never shared
+    // per thread, never freed: a staged call keeps the lane it was issued on (Stage::lane) and
+    // copies back on that lane's stream even when another thread completes it (CUDA streams take
+    // work from any thread)
+    static thread_local std::map<int, Lane *> lanes;
     auto it = lanes.find(d->ordinal);
     if (it != lanes.end()) return it->second;
     Lane *l = new Lane;
@@ -193,6 +196,7 @@ struct Region {
 
 struct Stage {
     Device *dev = nullptr;
+    Lane *lane = nullptr;  // whose stream orders the copies (the calling thread's)
     Region r[2];
     int n = 0;
     MPI_Status status;  // the receive's, where the caller passed MPI_STATUS_IGNORE
@@ -230,11 +234,18 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
         DeviceGuard g(s->dev->ctx);
         Lane *l = lane_get(s->dev);
         nm_status_t st = l ? order_after_app(l, l->stream) : NM_ERR_CUDA;
+        bool copied = false;
         for (int i = 0; i < s->n && st == NM_OK; i++)
-            if (s->r[i].dir & BUF_IN)
+            if (s->r[i].dir & BUF_IN) {
                 NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].host, (CUdeviceptr)s->r[i].dev, s->r[i].len,
                                              l->stream), st = NM_ERR_CUDA);
-        if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+                copied = true;
+            }
+        // the real MPI reads what was copied: wait for it. A call that only receives copies nothing
+        // now: the copy back goes on this lane's stream (s->lane, whichever thread completes the
+        // call), behind its wait on the application's work, so the call does not wait for the GPU
+        if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+        s->lane = l;
         if (st != NM_OK) { stage_release(s); return st; }
     }
     o->flags |= NM_OPF_STAGED;
@@ -247,7 +258,7 @@ nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
-    Lane *l = lane_get(s->dev);
+    Lane *l = s->lane;  // lanes live as long as the process
     if (!l) return NM_ERR_CUDA;
     nm_status_t st = NM_OK;
     for (int i = 0; i < s->n && st == NM_OK; i++) {
