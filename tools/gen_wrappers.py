@@ -17,7 +17,7 @@ import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
-PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT"}
+PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "PERSIST"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
@@ -220,6 +220,14 @@ def c_wrapper(r):
                          ["nm_sync(%s, %s, %s);" % (fn, roles.get("COMM", "MPI_COMM_NULL"), blocking)])
     elif p == "PROGRESS":
         out = slow_split(n, f, act, fn, "nm_work_pending()", ["nm_progress_fn(%s);" % fn])
+    elif p == "PERSIST":
+        # calls on a persistent request (MPI_Start, MPI_Startall, MPI_Request_free,
+        # MPI_Request_get_status): ncclmpi's hook runs first while it has work (staged persistent
+        # requests count as work); it returns 1 when it made the call itself
+        out = slow_split(n, f, act, fn, "nm_work_pending()",
+                         ["nm_trace_call(%s);" % fn,
+                          "int rc;",
+                          "if (nm_pers_%s(%s, &rc)) return rc;" % (n.lower(), act)])
     elif p == "WAIT":
         roles = {a["role"]: a["name"] for a in r["args"]}
         if "NREQ" in roles:
@@ -463,7 +471,7 @@ def nccl_kinds(nm_op_h):
 
 def category(r, nccl):
     p = r["path"]
-    if p == "REJECT" or (p == "DATA" and r["flags"] == "PERS"):
+    if p == "REJECT":
         return "rejected-on-device"
     if p == "DATA":
         return "routed" if r["kind"] in nccl else "staged"

@@ -21,6 +21,7 @@
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/oneshot/oneshot.h"
+#include "core/tl/staged/persistent.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -413,7 +414,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
         return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave
     }
     case NCCLMPI_ROUTE_ERROR: {
-        nm_status_t st = d.why == NM_WHY_PERSISTENT ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
+        nm_status_t st = d.why == NM_WHY_PERSISTENT_COLL ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
         std::string why = nm_why_str(d.why);
         if (d.why == NM_WHY_FAILED && cs) why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : "") + "]";
         *rc = raise_error(o, st, why);
@@ -447,6 +448,10 @@ extern "C" int nm_leave_slow(nm_op_t *o, int rc)
         return rc;
     }
     DepthGuard dg;
+    if (o->flags & NM_OPF_PERS) {  // copies at each MPI_Start and at the completion of each
+        pers_register(*o->req, s, o->comm);
+        return rc;
+    }
     if (o->flags & NM_OPF_NB) {  // the copy back waits for the real MPI's request
         Task *t = Task::get(o);
         t->set_inner(*o->req, s);

@@ -92,6 +92,12 @@ int nm_reject_file(int fn, MPI_File fh);
 void nm_progress(void);
 void nm_progress_fn(int fn);  /* from the wrapper of MPI function fn (traced) */
 int nm_tasks_owns(int n, const MPI_Request *reqs);
+/* PERSIST rows (src/core/tl/staged/persistent.cc): 1 when the hook made the call (*rc its
+ * result), 0 when the wrapper calls the real MPI */
+int nm_pers_start(MPI_Request *request, int *rc);
+int nm_pers_startall(int count, MPI_Request reqs[], int *rc);
+int nm_pers_request_free(MPI_Request *request, int *rc);
+int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_Status *status, int *rc);
 /* ncclmpi_group_begin / ncclmpi_group_end (include/ncclmpi.h) */
 int nm_group_begin(void);
 int nm_group_end(void);

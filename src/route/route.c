@@ -52,15 +52,15 @@ nm_decision_t nm_route(const nm_route_in_t *in)
     if (!(f & NM_KF_COLL)) {
         if (in->rank_kind != NM_RK_DEVICE)
             return mk(NCCLMPI_ROUTE_HOST, in->rank_kind == NM_RK_EMPTY ? NM_WHY_EMPTY : NM_WHY_HOST_BUFFERS, 0);
-        if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT, 0);
         if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, 0);
+        if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT, 0);
         return mk(NCCLMPI_ROUTE_STAGED, (f & NM_KF_NEIGH) ? NM_WHY_NEIGHBOR : NM_WHY_P2P, 0);
     }
     unsigned act = create_act(in);
     if (in->rank_kind == NM_RK_EMPTY) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_EMPTY, act);
     if (in->rank_kind == NM_RK_HOST) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_HOST_BUFFERS, act);
     if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
-    if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT, act);
+    if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT_COLL, act);
     if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED, act);
     /* a window exists only on a READY communicator; NCCLMPI_AGREE keeps its vote's routes */
     if (in->oneshot && in->cap == NM_CAP_READY && !in->agree) return mk(NCCLMPI_ROUTE_ONESHOT, NM_WHY_ONESHOT, act);
@@ -107,7 +107,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_MIXED] = "NCCLMPI_AGREE: some rank passed host buffers",
         [NM_WHY_KIND] = "operation has no NCCL path",
         [NM_WHY_P2P] = "point-to-point on device buffers is staged",
-        [NM_WHY_PERSISTENT] = "persistent requests on device buffers are not supported",
+        [NM_WHY_PERSISTENT] = "persistent point-to-point on device buffers is staged",
         [NM_WHY_DEVICES] = "buffers on different devices",
         [NM_WHY_INTER] = "intercommunicator",
         [NM_WHY_NOT_YET] = "no NCCL communicator yet (made at the next blocking collective on it)",
@@ -115,6 +115,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
         [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
         [NM_WHY_NEIGHBOR] = "neighbourhood collective on device buffers is staged",
+        [NM_WHY_PERSISTENT_COLL] = "persistent collectives on device buffers are not supported",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";
 }

@@ -53,7 +53,7 @@ typedef enum {
     NM_WHY_MIXED,         /* NCCLMPI_AGREE: some rank has host buffers */
     NM_WHY_KIND,          /* operation has no NCCL path (scan, exscan, alltoallw) */
     NM_WHY_P2P,           /* point-to-point on device buffers goes through the staged path */
-    NM_WHY_PERSISTENT,    /* persistent requests on device buffers: not supported */
+    NM_WHY_PERSISTENT,    /* persistent point-to-point on device buffers: staged at each start */
     NM_WHY_DEVICES,       /* buffers on two different devices in one call: error */
     NM_WHY_INTER,         /* intercommunicator */
     NM_WHY_NOT_YET,       /* no NCCL communicator yet; made at the next blocking collective */
@@ -61,6 +61,7 @@ typedef enum {
     NM_WHY_AGREE_NB,      /* NCCLMPI_AGREE: nonblocking collectives do not vote: staged */
     NM_WHY_ONESHOT,       /* small reduction the one-shot kernels run */
     NM_WHY_NEIGHBOR,      /* neighbourhood collective on device buffers: staged */
+    NM_WHY_PERSISTENT_COLL, /* persistent collective (MPI-4) on device buffers: not supported */
     NM_WHY_COUNT_
 } nm_why_t;
 

@@ -1,11 +1,10 @@
 /* gpu_reject: device buffers passed to MPI functions ncclmpi does not run on device memory (the
- * REJECT rows of mpi_api.def: one-sided data calls and windows, MPI-IO data calls, neighbourhood
- * collectives, packing, MPI_Reduce_local, MPI_Buffer_attach) fail with MPI_ERR_BUFFER and the
+ * REJECT rows of mpi_api.def: one-sided data calls and windows, MPI-IO data calls,
+ * MPI_(I)neighbor_alltoallw, packing, MPI_Reduce_local, MPI_Buffer_attach) fail with MPI_ERR_BUFFER and the
  * message "ncclmpi: MPI_<Name>: device buffers are not supported in this call" through the
  * error handler of their communicator, window or file (all MPI_ERRORS_RETURN here), and are
  * counted on the error route; the real MPI never sees the pointer (it is not CUDA-aware: it
- * would crash). Persistent sends on device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION, as
- * MPI_Send_init does. MPI_BOTTOM with a datatype that places the data in device memory is
+ * would crash). MPI_BOTTOM with a datatype that places the data in device memory is
  * rejected too; the same calls on host memory succeed. Rejected calls leave their request or
  * window handle null.
  *
@@ -72,16 +71,6 @@ static void t_p2p_local(void)
     MPI_Comm c;
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    int next = (rank + 1) % size;
-    const char *pers[3] = {"Ssend_init", "Bsend_init", "Rsend_init"};
-    for (int m = 0; m < 3; m++) {
-        MPI_Request q = MPI_REQUEST_NULL;
-        nm_stats_view_t b = gpu_stats(pers[m]);
-        int rc = m == 0 ? MPI_Ssend_init(d, N, MPI_INT, next, 1, c, &q)
-                 : m == 1 ? MPI_Bsend_init(d, N, MPI_INT, next, 1, c, &q)
-                          : MPI_Rsend_init(d, N, MPI_INT, next, 1, c, &q);
-        expect_error(pers[m], rc, MPI_ERR_UNSUPPORTED_OPERATION, b, 0);
-    }
     REJ(Buffer_attach, d, N * (int)sizeof(int));
     REJ(Reduce_local, d, h, N, MPI_INT, MPI_SUM);
     REJ(Reduce_local, h, d, N, MPI_INT, MPI_SUM);

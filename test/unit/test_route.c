@@ -94,9 +94,23 @@ static void test_route(void)
     }
     in = dev_coll(NM_OPK_SEND);
     CHECK(nm_route(&in).why == NM_WHY_P2P);
+    /* neighbourhood collectives: staged on device buffers, the real MPI on host ones, whatever
+     * the communicator's state; never an NCCL communicator made or promised for them */
+    int neigh[] = {NM_OPK_NEIGHBOR_ALLGATHER, NM_OPK_NEIGHBOR_ALLGATHERV, NM_OPK_NEIGHBOR_ALLTOALL, NM_OPK_NEIGHBOR_ALLTOALLV};
+    int all_caps[] = {NM_CAP_UNKNOWN, NM_CAP_PENDING, NM_CAP_READY, NM_CAP_STAGED, NM_CAP_FAILED, NM_CAP_INTER};
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 6; c++)
+            for (int nbf = 0; nbf < 2; nbf++) {
+                in = dev_coll(neigh[i]);
+                in.cap = all_caps[c];
+                in.flags = nbf ? NM_OPF_NB : 0;
+                CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_NEIGHBOR && nm_route(&in).act == 0);
+                in.rank_kind = NM_RK_HOST;
+                CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_route(&in).act == 0);
+            }
     in = dev_coll(NM_OPK_SEND);
     in.flags = NM_OPF_PERS;
-    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ERROR && nm_route(&in).why == NM_WHY_PERSISTENT);
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_PERSISTENT);
     /* lifecycle: a blocking device collective creates, a nonblocking one marks pending and is
      * staged, the next blocking collective of any kind creates */
     in = dev_coll(NM_OPK_ALLREDUCE);

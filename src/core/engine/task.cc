@@ -11,6 +11,7 @@
 
 #include "core/comm/comm_state.h"
 #include "core/engine/engine.h"
+#include "core/tl/staged/persistent.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
@@ -285,6 +286,7 @@ void tasks_progress()
     }
     pending.resize(keep);
     if (!retired.empty()) tasks_reap();
+    pers_progress();
 }
 
 static bool tasks_left()
@@ -302,6 +304,7 @@ void tasks_drain()
         sched_yield();
     }
     tasks_reap();
+    pers_drain();
 }
 
 // The tasks of these requests whose ops are still queued; by communicator, the highest sequence.
@@ -354,6 +357,7 @@ extern "C" void nm_progress_fn(int fn)
 
 extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 {
+    if (pers_owns(n, reqs)) return 1;
     {
         MtLock<std::recursive_mutex> g(tasks_mu);
         for (const Task *t : pending)
@@ -445,12 +449,50 @@ static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *st
     return MPI_ERR_IN_STATUS;
 }
 
+// Staged persistent requests among a completion call's (persistent.h): their handles before the
+// real MPI completes them, and statuses of our own where the caller ignores them (a receive gets
+// back the bytes its status counts). done() runs the copies back of the completed ones: m of them
+// at indices idx (all n when idx is null); a failed copy becomes the call's error.
+class PersScope {
+  public:
+    PersScope(int n, const MPI_Request *reqs) : any_(pers_owns(n, reqs))
+    {
+        if (any_) before_.assign(reqs, reqs + n);
+    }
+    MPI_Status *statuses(MPI_Status *user, int n)
+    {
+        if (!any_ || user != MPI_STATUSES_IGNORE) return user;
+        own_.resize(n > 0 ? n : 1);
+        return own_.data();
+    }
+    int done(int rc, int m, const int *idx, const MPI_Status *sts)
+    {
+        if (!any_ || (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || m == MPI_UNDEFINED) return rc;
+        for (int k = 0; k < m; k++) {
+            const int i = idx ? idx[k] : k;
+            if (i < 0 || i >= (int)before_.size()) continue;
+            if (rc == MPI_ERR_IN_STATUS && sts[k].MPI_ERROR != MPI_SUCCESS) continue;  // failed or pending
+            int e = pers_completed(before_[i], &sts[k]);
+            if (e != MPI_SUCCESS && rc == MPI_SUCCESS) rc = e;
+        }
+        return rc;
+    }
+
+  private:
+    bool any_;
+    std::vector<MPI_Request> before_;
+    std::vector<MPI_Status> own_;
+};
+
 extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
 {
     if (int e = open_group_error(1, req, "Wait")) return e;
     flush_for_wait(1, req, true);
     Reporting r(1, req);
-    return report_one(r, 0, status, wait_loop([&](int *d) { return PMPI_Test(req, d, status); }));
+    PersScope ps(1, req);
+    MPI_Status *st = ps.statuses(status, 1);
+    int rc = wait_loop([&](int *d) { return PMPI_Test(req, d, st); });
+    return report_one(r, 0, status, ps.done(rc, 1, nullptr, st));
 }
 
 extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
@@ -458,16 +500,22 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
     if (int e = open_group_error(n, reqs, "Waitall")) return e;
     flush_for_wait(n, reqs, true);
     Reporting r(n, reqs);
-    return report_many(r, n, nullptr, sts, wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, sts); }));
+    PersScope ps(n, reqs);
+    MPI_Status *st = ps.statuses(sts, n);
+    int rc = wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, st); });
+    return report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st));
 }
 
-extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st)
+extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *status)
 {
     if (int e = open_group_error(n, reqs, "Waitany")) return e;
     flush_for_wait(n, reqs, false);
     Reporting r(n, reqs);
+    PersScope ps(n, reqs);
+    MPI_Status *st = ps.statuses(status, 1);
     int rc = wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
-    return report_one(r, *idx == MPI_UNDEFINED ? -1 : *idx, st, rc);
+    if (*idx != MPI_UNDEFINED) rc = ps.done(rc, 1, idx, st);
+    return report_one(r, *idx == MPI_UNDEFINED ? -1 : *idx, status, rc);
 }
 
 extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[], MPI_Status sts[])
@@ -475,12 +523,14 @@ extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[],
     if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
     Reporting r(n, reqs);
+    PersScope ps(n, reqs);
+    MPI_Status *st = ps.statuses(sts, n);
     int rc = wait_loop([&](int *d) {
-        int rc = PMPI_Testsome(n, reqs, outc, idx, sts);
+        int rc = PMPI_Testsome(n, reqs, outc, idx, st);
         *d = *outc != 0;
         return rc;
     });
-    return report_many(r, *outc, idx, sts, rc);
+    return report_many(r, *outc, idx, sts, ps.done(rc, *outc, idx, st));
 }
 
 // The Test forms: progress ncclmpi's tasks once, test, report.
@@ -489,8 +539,10 @@ extern "C" int nm_wait_test(MPI_Request *req, int *flag, MPI_Status *status)
     if (int e = open_group_error(1, req, "Test")) return e;
     nm_progress();
     Reporting r(1, req);
-    int rc = PMPI_Test(req, flag, status);
-    return *flag ? report_one(r, 0, status, rc) : rc;
+    PersScope ps(1, req);
+    MPI_Status *st = ps.statuses(status, 1);
+    int rc = PMPI_Test(req, flag, st);
+    return *flag ? report_one(r, 0, status, ps.done(rc, 1, nullptr, st)) : rc;
 }
 
 extern "C" int nm_wait_testall(int n, MPI_Request reqs[], int *flag, MPI_Status *sts)
@@ -498,17 +550,21 @@ extern "C" int nm_wait_testall(int n, MPI_Request reqs[], int *flag, MPI_Status 
     if (int e = open_group_error(n, reqs, "Testall")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    int rc = PMPI_Testall(n, reqs, flag, sts);
-    return *flag ? report_many(r, n, nullptr, sts, rc) : rc;
+    PersScope ps(n, reqs);
+    MPI_Status *st = ps.statuses(sts, n);
+    int rc = PMPI_Testall(n, reqs, flag, st);
+    return *flag ? report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st)) : rc;
 }
 
-extern "C" int nm_wait_testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *st)
+extern "C" int nm_wait_testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *status)
 {
     if (int e = open_group_error(n, reqs, "Testany")) return e;
     nm_progress();
     Reporting r(n, reqs);
+    PersScope ps(n, reqs);
+    MPI_Status *st = ps.statuses(status, 1);
     int rc = PMPI_Testany(n, reqs, idx, flag, st);
-    return *flag && *idx != MPI_UNDEFINED ? report_one(r, *idx, st, rc) : rc;
+    return *flag && *idx != MPI_UNDEFINED ? report_one(r, *idx, status, ps.done(rc, 1, idx, st)) : rc;
 }
 
 extern "C" int nm_wait_testsome(int n, MPI_Request reqs[], int *outc, int idx[], MPI_Status sts[])
@@ -516,6 +572,8 @@ extern "C" int nm_wait_testsome(int n, MPI_Request reqs[], int *outc, int idx[],
     if (int e = open_group_error(n, reqs, "Testsome")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    int rc = PMPI_Testsome(n, reqs, outc, idx, sts);
-    return report_many(r, *outc, idx, sts, rc);
+    PersScope ps(n, reqs);
+    MPI_Status *st = ps.statuses(sts, n);
+    int rc = PMPI_Testsome(n, reqs, outc, idx, st);
+    return report_many(r, *outc, idx, sts, ps.done(rc, *outc, idx, st));
 }

@@ -202,6 +202,34 @@ struct Stage {
     MPI_Status status;  // the receive's, where the caller passed MPI_STATUS_IGNORE
 };
 
+nm_status_t stage_copy_in(Stage *s)
+{
+    if (!s->dev) return NM_OK;
+    DeviceGuard g(s->dev->ctx);
+    Lane *l = lane_get(s->dev);
+    nm_status_t st = l ? order_after_app(l, l->stream) : NM_ERR_CUDA;
+    bool copied = false;
+    for (int i = 0; i < s->n && st == NM_OK; i++)
+        if (s->r[i].dir & BUF_IN) {
+            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].host, (CUdeviceptr)s->r[i].dev, s->r[i].len, l->stream),
+                        st = NM_ERR_CUDA);
+            copied = true;
+        }
+    // the real MPI reads what was copied: wait for it. A call that only receives copies nothing
+    // now: the copy back goes on this lane's stream (s->lane, whichever thread completes the
+    // call), behind its wait on the application's work, so the call does not wait for the GPU
+    if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+    s->lane = l;
+    return st;
+}
+
+bool stage_has_out(const Stage *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->r[i].dir & BUF_OUT) return true;
+    return false;
+}
+
 nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
 {
     Stage *s = new Stage;
@@ -230,22 +258,9 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
         if (o->kind == NM_OPK_BCAST || o->kind == NM_OPK_SENDRECV_REPLACE) o->sbuf = o->rbuf;
         if (b[i].dir == BUF_OUT && !b[i].dense) r.dir = BUF_INOUT;  // keep the gaps' contents
     }
-    if (s->dev) {
-        DeviceGuard g(s->dev->ctx);
-        Lane *l = lane_get(s->dev);
-        nm_status_t st = l ? order_after_app(l, l->stream) : NM_ERR_CUDA;
-        bool copied = false;
-        for (int i = 0; i < s->n && st == NM_OK; i++)
-            if (s->r[i].dir & BUF_IN) {
-                NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].host, (CUdeviceptr)s->r[i].dev, s->r[i].len,
-                                             l->stream), st = NM_ERR_CUDA);
-                copied = true;
-            }
-        // the real MPI reads what was copied: wait for it. A call that only receives copies nothing
-        // now: the copy back goes on this lane's stream (s->lane, whichever thread completes the
-        // call), behind its wait on the application's work, so the call does not wait for the GPU
-        if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
-        s->lane = l;
+    // a persistent call copies at each MPI_Start (stage_copy_in), not when it is made
+    if (!(o->flags & NM_OPF_PERS)) {
+        nm_status_t st = stage_copy_in(s);
         if (st != NM_OK) { stage_release(s); return st; }
     }
     o->flags |= NM_OPF_STAGED;
@@ -261,6 +276,7 @@ nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status)
     Lane *l = s->lane;  // lanes live as long as the process
     if (!l) return NM_ERR_CUDA;
     nm_status_t st = NM_OK;
+    bool copied = false;
     for (int i = 0; i < s->n && st == NM_OK; i++) {
         if (!(s->r[i].dir & BUF_OUT)) continue;
         size_t len = s->r[i].len;
@@ -269,11 +285,13 @@ nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status)
             PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
             (size_t)got < len)
             len = (size_t)got;
-        if (len)
+        if (len) {
             NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, len, l->stream),
                         st = NM_ERR_CUDA);
+            copied = true;
+        }
     }
-    if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+    if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
     return st;
 }
 

@@ -37,6 +37,12 @@ struct Stage;
 // Swap the device buffers among b[0..nb) for host shadows in `o` (copying in what the call
 // reads) and mark o NM_OPF_STAGED. `*out` owns the shadows.
 nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
+// Copy what the call reads to the host shadows, after the application's work on the legacy
+// stream (waits for the copy; a call that only receives waits for nothing). stage_in does it,
+// except for a persistent call, whose every MPI_Start does.
+nm_status_t stage_copy_in(Stage *s);
+// Whether the call writes a staged buffer (a receive): stage_finish has something to copy back.
+bool stage_has_out(const Stage *s);
 // Copy what the call wrote back to the device buffers (synchronous). recv_status: a
 // point-to-point receive's status, so that only the bytes received go back (null: all).
 nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status);

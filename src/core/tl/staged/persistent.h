@@ -1,0 +1,37 @@
+// ncclmpi: persistent point-to-point requests on device buffers, staged.
+//
+// MPI_Send_init / MPI_Recv_init (and the Ssend, Bsend, Rsend forms) on device buffers make the
+// real MPI's persistent request on pinned host shadows of the buffers; the application holds that
+// request. Each MPI_Start copies a send's data to its shadow (after the application's work on the
+// legacy stream) before the real MPI starts; the Wait or Test that completes a receive copies the
+// bytes it got back to the device before it returns. A request freed while active completes in
+// the background (its copy back runs at a later ncclmpi call, at the latest at MPI_Finalize).
+// The messages are the real MPI's, unchanged: either side may use host or device memory.
+#ifndef NM_CORE_PERSISTENT_H
+#define NM_CORE_PERSISTENT_H
+#include <mpi.h>
+
+namespace ncclmpi {
+
+struct Stage;
+
+// The real MPI made persistent request `req` on the shadows of `s` (which it now owns), on
+// communicator comm (whose error handler reports a failed copy).
+void pers_register(MPI_Request req, Stage *s, MPI_Comm comm);
+// Whether one of reqs[0..n) is a staged persistent request.
+bool pers_owns(int n, const MPI_Request *reqs);
+// Before the real MPI starts them: the copies in of the staged ones among reqs[0..n).
+// MPI_SUCCESS or an MPI error code (nothing started).
+int pers_start(int n, const MPI_Request *reqs);
+// After the real MPI completed request `req` (the handle it had) with status `st`: a staged
+// receive's copy back (none when cancelled or failed). MPI_SUCCESS or an MPI error code.
+int pers_completed(MPI_Request req, const MPI_Status *st);
+// MPI_Request_free of a staged persistent request: 1 (and *rc) when it was one.
+int pers_free(MPI_Request *req, int *rc);
+// Requests freed while active: the completed ones copied back and released.
+void pers_progress();
+// MPI_Finalize: wait for them.
+void pers_drain();
+
+}  // namespace ncclmpi
+#endif
