@@ -9,7 +9,8 @@
 #             synccheck over the one-shot kernels (NM_SANITIZE_TESTS="NP PROG ARGS;...",
 #             NM_SANITIZE_TOOLS to choose; gpu_coll --only NAME --trace narrows a report to a case)
 #   hazard  the hazard suite only
-#   bench   engine_bench (with and without coalescing), coll_bench and classify_cost at one rank per GPU
+#   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench and classify_cost at
+#           one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
@@ -94,6 +95,8 @@ np=$ngpu
   echo "== coll_bench np=$np"
   emax=64M; [ "$mode" = full ] && emax=1G
   timeout 240 $run -np "$np" ./bench/coll_bench -b 8 -e $emax -f 4 -o "$OUT/bench_np$np.csv" 2>&1
+  echo "== p2p_bench np=$np"
+  timeout 150 $run -np "$np" ./bench/p2p_bench -b 8 -e 32M -f 4 -o "$OUT/p2p_np$np.csv" 2>&1
   echo "== classify cost (1 rank): without / with libncclmpi"
   ./bench/classify_cost 1000000
   LD_PRELOAD=$lib ./bench/classify_cost 1000000
