@@ -18,7 +18,7 @@ import sys
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
 PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "PERSIST"}
-ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS STYPE RTYPE DTYPE
+ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
 DISP STR X""".split())
@@ -77,6 +77,7 @@ DESCRIBE = {
     "SCOUNT": "o.scount = {n};", "RCOUNT": "o.rcount = {n};", "COUNT": "o.scount = o.rcount = {n};",
     "SCOUNTS": "o.scounts = {n};", "RCOUNTS": "o.rcounts = {n};",
     "SDISPLS": "o.sdispls = {n};", "RDISPLS": "o.rdispls = {n};",
+    "SADISPLS": "o.sadispls = {n};", "RADISPLS": "o.radispls = {n};",
     "STYPE": "o.stype = {n};", "RTYPE": "o.rtype = {n};", "DTYPE": "o.stype = o.rtype = {n};",
     "STYPES": "o.stypes = {n};", "RTYPES": "o.rtypes = {n};", "OP": "o.op = {n};",
     "ROOT": "o.root = {n};", "PEER": "o.peer = o.rpeer = {n};", "SPEER": "o.peer = {n};",
@@ -316,6 +317,13 @@ def f_convert(r):
             acts.append("*" + n)
         elif t == "const int *":
             acts.append("(const int *)" + n)
+        elif t == "const MPI_Aint *":  # INTEGER(KIND=MPI_ADDRESS_KIND) arrays: the same bits
+            acts.append(n)
+        elif role in ("STYPES", "RTYPES") and r["kind"].startswith("NEIGHBOR"):  # one per neighbour
+            pre.append("MPI_Datatype *c_%s = nm_f2c_neighbor_types(%s, PMPI_Comm_f2c(*%s), %d);"
+                       % (n, n, roles["COMM"], role == "STYPES"))
+            acts.append("c_" + n)
+            post.append("free(c_%s);" % n)
         elif role in ("STYPES", "RTYPES"):
             pre.append("MPI_Datatype *c_%s = nm_f2c_types(%s, PMPI_Comm_f2c(*%s));" % (n, n, roles["COMM"]))
             acts.append("c_" + n)

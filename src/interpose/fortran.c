@@ -30,6 +30,16 @@ MPI_Datatype *nm_f2c_types(const MPI_Fint *f, MPI_Comm comm)
     return c;
 }
 
+MPI_Datatype *nm_f2c_neighbor_types(const MPI_Fint *f, MPI_Comm comm, int sending)
+{
+    int nin = 0, nout = 0;
+    if (!nm_neighbor_degrees(comm, &nin, &nout)) nin = nout = 0;  /* the real MPI reports it */
+    const int n = sending ? nout : nin;
+    MPI_Datatype *c = (MPI_Datatype *)malloc(sizeof(MPI_Datatype) * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) c[i] = PMPI_Type_f2c(f[i]);
+    return c;
+}
+
 MPI_Request *nm_f2c_reqs(const MPI_Fint *f, int n)
 {
     MPI_Request *c = (MPI_Request *)malloc(sizeof(MPI_Request) * (size_t)(n > 0 ? n : 1));

@@ -25,6 +25,8 @@ static inline int nm_f_logical(int c) { return c ? 1 : 0; /* gfortran .true. */ 
 
 int nm_f_maybe_device(void *a, void *b);
 MPI_Datatype *nm_f2c_types(const MPI_Fint *f, MPI_Comm comm);
+/* one per neighbour of comm's topology: out-neighbours when sending, else in-neighbours */
+MPI_Datatype *nm_f2c_neighbor_types(const MPI_Fint *f, MPI_Comm comm, int sending);
 MPI_Request *nm_f2c_reqs(const MPI_Fint *f, int n);
 void nm_c2f_reqs(MPI_Request *c, MPI_Fint *f, int n);
 MPI_Status *nm_f_statuses_alloc(MPI_Fint *f, int n);

@@ -92,6 +92,8 @@ int nm_reject_file(int fn, MPI_File fh);
 void nm_progress(void);
 void nm_progress_fn(int fn);  /* from the wrapper of MPI function fn (traced) */
 int nm_tasks_owns(int n, const MPI_Request *reqs);
+/* The in- and out-degree of comm's topology (neighbourhood collectives); 0 without one. */
+int nm_neighbor_degrees(MPI_Comm comm, int *nin, int *nout);
 /* PERSIST rows (src/core/tl/staged/persistent.cc): 1 when the hook made the call (*rc its
  * result), 0 when the wrapper calls the real MPI */
 int nm_pers_start(MPI_Request *request, int *rc);

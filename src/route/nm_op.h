@@ -58,6 +58,7 @@ enum {
     X(NEIGHBOR_ALLGATHERV, neighbor_allgatherv, NM_KF_NEIGH | NM_KF_V)                        \
     X(NEIGHBOR_ALLTOALL, neighbor_alltoall, NM_KF_NEIGH)                                      \
     X(NEIGHBOR_ALLTOALLV, neighbor_alltoallv, NM_KF_NEIGH | NM_KF_V)                          \
+    X(NEIGHBOR_ALLTOALLW, neighbor_alltoallw, NM_KF_NEIGH | NM_KF_V)                          \
     X(SEND, send, NM_KF_P2P)                                                                  \
     X(RECV, recv, NM_KF_P2P)                                                                  \
     X(SENDRECV, sendrecv, NM_KF_P2P)                                                          \
@@ -98,6 +99,7 @@ typedef struct nm_op {
     void *rbuf;
     int scount, rcount;
     const int *scounts, *sdispls, *rcounts, *rdispls;
+    const MPI_Aint *sadispls, *radispls; /* byte displacements (MPI_Neighbor_alltoallw) */
     MPI_Datatype stype, rtype;
     const MPI_Datatype *stypes, *rtypes;
     MPI_Op op;

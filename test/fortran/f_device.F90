@@ -43,12 +43,17 @@ program f_device
   type(c_ptr) :: pa, pb
   integer :: rank, nranks, i, ierr, fails, total, next, prev, cnt
   integer(c_long_long) :: bytes, before
+  integer :: half, wc(2)
+  integer(kind=MPI_ADDRESS_KIND) :: wd(2)
 #ifdef USE_F08
   type(MPI_Request) :: req, reqs(2)
   type(MPI_Status) :: st, sts(2)
+  type(MPI_Datatype) :: wt(2)
+  type(MPI_Comm) :: ring
 #else
   integer :: req, reqs(2)
   integer :: st(MPI_STATUS_SIZE), sts(MPI_STATUS_SIZE, 2)
+  integer :: wt(2), ring
 #endif
 
   call MPI_Init(ierr)
@@ -147,6 +152,26 @@ program f_device
   call MPI_Get_count(sts(:, 1), MPI_INTEGER, cnt, ierr)
   if (sts(MPI_SOURCE, 1) /= prev .or. cnt /= N) call fail('Waitall status', sts(MPI_SOURCE, 1), cnt)
 #endif
+
+  ! Neighbor_alltoallw on a periodic ring (a datatype and a byte displacement per neighbour: the
+  ! types array has one entry per neighbour, not per rank): the block from the previous rank is
+  ! the one it sent forward, the block from the next rank the one it sent back
+  half = N / 2
+  call MPI_Cart_create(MPI_COMM_WORLD, 1, [nranks], [.true.], .false., ring, ierr)
+  h = [(rank * 100000 + i, i = 1, N)]
+  call put(pa, h)
+  g = -3
+  call put(pb, g)
+  wc = half
+  wd = [0_MPI_ADDRESS_KIND, int(half, MPI_ADDRESS_KIND) * 4]
+  wt = MPI_INTEGER
+  call MPI_Neighbor_alltoallw(da, wc, wd, wt, db, wc, wd, wt, ring, ierr)
+  call get(g, pb)
+  if (ierr /= MPI_SUCCESS) call fail('Neighbor_alltoallw rc', ierr, 0)
+  if (any(g(1:half) /= [(prev * 100000 + half + i, i = 1, half)])) call fail('Neighbor_alltoallw from prev', g(1), 0)
+  if (any(g(half + 1:2 * half) /= [(next * 100000 + i, i = 1, half)])) call fail('Neighbor_alltoallw from next', g(half + 1), 0)
+  if (g(N) /= -3) call fail('Neighbor_alltoallw wrote past its blocks', g(N), 0)
+  call MPI_Comm_free(ring, ierr)
 
   call MPI_Allreduce(fails, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (rank == 0) print '(a,i0,a,i0,a)', 'f_device: ', nranks, ' ranks, ', total, ' failure(s)'

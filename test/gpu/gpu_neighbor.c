@@ -1,5 +1,5 @@
 /* gpu_neighbor: neighbourhood collectives on device buffers (MPI_Neighbor_allgather(v),
- * MPI_Neighbor_alltoall(v) and their MPI_Ineighbor_ forms), on a periodic ring, a non-periodic 2-D
+ * MPI_Neighbor_alltoall(v/w) and their MPI_Ineighbor_ forms), on a periodic ring, a non-periodic 2-D
  * Cartesian grid (missing neighbours are MPI_PROC_NULL: their receive blocks must keep their
  * contents) and a distributed graph (two out-neighbours, the matching in-neighbours). Every call
  * runs with device send and receive buffers, and with one side on the host; the result is checked
@@ -11,8 +11,9 @@
 #include "gpu_common.h"
 
 static int rank, size, failures, host_mode;
-enum { AG, AGV, A2A, A2AV, NCALL };
-static const char *const call_name[NCALL] = {"allgather", "allgatherv", "alltoall", "alltoallv"};
+enum { AG, AGV, A2A, A2AV, A2AW, NCALL };
+static const char *const call_name[NCALL] = {"allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw"};
+static MPI_Datatype pair2; /* two ints as one element: alltoallw's odd blocks use it */
 enum { K = 5, MAXN = 8 }; /* elements per block of the fixed-count forms; neighbours at most */
 
 /* elements sender s sends to receiver r in the v forms (both sides compute it) */
@@ -49,6 +50,20 @@ static void neighbours(topo_t *t)
 static int run(int mpi, int call, int nb, const topo_t *t, const int *sb, int *rb, const int *sc, const int *sd,
                const int *rc, const int *rd)
 {
+    /* alltoallw: block i in bytes at 4 * displacement, of MPI_INT or (odd i, even count) pair2 */
+    MPI_Aint swd[MAXN], rwd[MAXN];
+    MPI_Datatype swt[MAXN], rwt[MAXN];
+    int swc[MAXN], rwc[MAXN];
+    for (int i = 0; call == A2AW && i < t->nout; i++) {
+        swd[i] = (MPI_Aint)sd[i] * 4;
+        swt[i] = (i & 1) && !(sc[i] & 1) ? pair2 : MPI_INT;
+        swc[i] = swt[i] == pair2 ? sc[i] / 2 : sc[i];
+    }
+    for (int i = 0; call == A2AW && i < t->nin; i++) {
+        rwd[i] = (MPI_Aint)rd[i] * 4;
+        rwt[i] = MPI_INT;
+        rwc[i] = rc[i];
+    }
     MPI_Request q = MPI_REQUEST_NULL;
     int rc_ = MPI_SUCCESS;
 #define CALL(F, IF, ...) (mpi ? (nb ? MPI_##IF(__VA_ARGS__, &q) : MPI_##F(__VA_ARGS__)) : (nb ? PMPI_##IF(__VA_ARGS__, &q) : PMPI_##F(__VA_ARGS__)))
@@ -57,6 +72,7 @@ static int run(int mpi, int call, int nb, const topo_t *t, const int *sb, int *r
     case AGV: rc_ = CALL(Neighbor_allgatherv, Ineighbor_allgatherv, sb, sc[0], MPI_INT, rb, rc, rd, MPI_INT, t->comm); break;
     case A2A: rc_ = CALL(Neighbor_alltoall, Ineighbor_alltoall, sb, K, MPI_INT, rb, K, MPI_INT, t->comm); break;
     case A2AV: rc_ = CALL(Neighbor_alltoallv, Ineighbor_alltoallv, sb, sc, sd, MPI_INT, rb, rc, rd, MPI_INT, t->comm); break;
+    case A2AW: rc_ = CALL(Neighbor_alltoallw, Ineighbor_alltoallw, sb, swc, swd, swt, rb, rwc, rwd, rwt, t->comm); break;
     }
 #undef CALL
     if (nb && rc_ == MPI_SUCCESS) rc_ = mpi ? MPI_Wait(&q, MPI_STATUS_IGNORE) : PMPI_Wait(&q, MPI_STATUS_IGNORE);
@@ -68,7 +84,7 @@ static void check_topo(const topo_t *t)
     /* counts and displacements: the v forms leave a gap of 2 elements after each block */
     int sc[MAXN], sd[MAXN], rc[MAXN], rd[MAXN], sn = 0, rn = 0;
     for (int call = 0; call < NCALL; call++) {
-        const int v = call == AGV || call == A2AV;
+        const int v = call == AGV || call == A2AV || call == A2AW;
         sn = rn = 0;
         if (call == AGV) { /* one block to every out-neighbour: the count is the sender's own */
             sc[0] = sn = pair_count(rank, rank);
@@ -127,6 +143,8 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (!host_mode) gpu_select(NULL);
+    MPI_Type_contiguous(2, MPI_INT, &pair2);
+    MPI_Type_commit(&pair2);
     topo_t t[3];
     memset(t, 0, sizeof(t));
     int dims1[1] = {size}, per1[1] = {1}, dims2[2] = {0, 0}, per2[2] = {0, 0};
@@ -145,6 +163,7 @@ int main(int argc, char **argv)
         check_topo(&t[k]);
         MPI_Comm_free(&t[k].comm);
     }
+    MPI_Type_free(&pair2);
     nm_stats_view_t st = gpu_stats("Neighbor_alltoall");
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

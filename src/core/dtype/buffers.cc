@@ -4,6 +4,31 @@
 
 #include "core/comm/comm_state.h"
 #include "core/op_table.h"
+#include "interpose/interpose.h"
+
+// The in- and out-degree of comm's topology (Cartesian: two per dimension, a missing neighbour
+// included as MPI_PROC_NULL); 0 without a topology (the real MPI reports the error).
+extern "C" int nm_neighbor_degrees(MPI_Comm comm, int *nin, int *nout)
+{
+    int topo = MPI_UNDEFINED, weighted = 0;
+    if (comm == MPI_COMM_NULL || PMPI_Topo_test(comm, &topo) != MPI_SUCCESS) return 0;
+    switch (topo) {
+    case MPI_CART: {
+        int nd = 0;
+        if (PMPI_Cartdim_get(comm, &nd) != MPI_SUCCESS) return 0;
+        *nin = *nout = 2 * nd;
+        return 1;
+    }
+    case MPI_GRAPH: {
+        int r = 0;
+        if (PMPI_Comm_rank(comm, &r) != MPI_SUCCESS || PMPI_Graph_neighbors_count(comm, r, nin) != MPI_SUCCESS) return 0;
+        *nout = *nin;
+        return 1;
+    }
+    case MPI_DIST_GRAPH: return PMPI_Dist_graph_neighbors_count(comm, nin, nout, &weighted) == MPI_SUCCESS;
+    default: return 0;
+    }
+}
 
 namespace ncclmpi {
 
@@ -51,35 +76,32 @@ struct Builder {
             any = true;
         }
     }
+    // a type and a byte displacement per block (neighbourhood alltoallw)
+    void addw(bool is_recv, const void *ptr, int dir, const MPI_Datatype *types, const int *counts,
+              const MPI_Aint *displs, int nr)
+    {
+        if (!counts || !displs || !types) { bad = true; return; }
+        BufRef &b = next(is_recv, ptr, dir, false);
+        bool any = false;
+        for (int i = 0; i < nr; i++) {
+            if (counts[i] < 0) { bad = true; return; }
+            if (counts[i] == 0) continue;
+            const DtypeInfo *d = dtype_info(types[i]);
+            if (!d) { bad = true; return; }
+            MPI_Aint lo, hi;
+            dtype_span(d, displs[i], counts[i], &lo, &hi);
+            if (hi <= lo) continue;
+            if (!any || lo < b.lo) b.lo = lo;
+            if (!any || hi > b.hi) b.hi = hi;
+            any = true;
+        }
+    }
     int done() const { return bad ? -1 : n; }
 };
 
 // receive buffer direction when the send buffer is MPI_IN_PLACE
 int ios(const OpCtx &c) { return c.inplace ? BUF_INOUT : BUF_OUT; }
 
-// The in- and out-degree of comm's topology (Cartesian: two per dimension, a missing neighbour
-// included as MPI_PROC_NULL); false without a topology (the real MPI reports the error).
-bool neighbor_degrees(MPI_Comm comm, int *nin, int *nout)
-{
-    int topo = MPI_UNDEFINED, weighted = 0;
-    if (comm == MPI_COMM_NULL || PMPI_Topo_test(comm, &topo) != MPI_SUCCESS) return false;
-    switch (topo) {
-    case MPI_CART: {
-        int nd = 0;
-        if (PMPI_Cartdim_get(comm, &nd) != MPI_SUCCESS) return false;
-        *nin = *nout = 2 * nd;
-        return true;
-    }
-    case MPI_GRAPH: {
-        int r = 0;
-        if (PMPI_Comm_rank(comm, &r) != MPI_SUCCESS || PMPI_Graph_neighbors_count(comm, r, nin) != MPI_SUCCESS) return false;
-        *nout = *nin;
-        return true;
-    }
-    case MPI_DIST_GRAPH: return PMPI_Dist_graph_neighbors_count(comm, nin, nout, &weighted) == MPI_SUCCESS;
-    default: return false;
-    }
-}
 
 }  // namespace
 
@@ -311,6 +333,14 @@ int buffers_neighbor_alltoallv(const OpCtx &c, BufRef *out)
     return b.done();
 }
 
+int buffers_neighbor_alltoallw(const OpCtx &c, BufRef *out)
+{
+    Builder b{out};
+    if (c.nout > 0) b.addw(false, c.o->sbuf, BUF_IN, c.o->stypes, c.o->scounts, c.o->sadispls, c.nout);
+    if (c.nin > 0) b.addw(true, c.o->rbuf, BUF_INOUT, c.o->rtypes, c.o->rcounts, c.o->radispls, c.nin);
+    return b.done();
+}
+
 int buffers_sendrecv_replace(const OpCtx &c, BufRef *out)
 {
     Builder b{out};
@@ -339,7 +369,7 @@ bool op_ctx_init(const nm_op_t *o, const CommState *cs, OpCtx *c)
         c->n = cs->inter ? cs->remote_size : cs->size;
     }
     const unsigned f = nm_opk(o->kind);
-    if ((f & NM_KF_NEIGH) && !neighbor_degrees(o->comm, &c->nin, &c->nout)) return false;
+    if ((f & NM_KF_NEIGH) && !nm_neighbor_degrees(o->comm, &c->nin, &c->nout)) return false;
     if (f & NM_KF_ROOTED) {
         if (c->inter) {
             c->root = o->root == MPI_ROOT;
