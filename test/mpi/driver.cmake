@@ -31,4 +31,10 @@ if(EXISTS "${STUB_DRIVER}")
   add_test(mpi_p2p_fuzz_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
   set_tests_properties(mpi_p2p_fuzz_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
+  # neighbourhood collectives on three topologies, persistent requests (Start, Request_free,
+  # Request_get_status through the library's wrappers), host memory
+  add_test(mpi_neighbor_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_neighbor" --host)
+  add_test(mpi_persist_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_persist" --host --iters 50)
+  set_tests_properties(mpi_neighbor_np2_valgrind mpi_persist_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
 endif()
