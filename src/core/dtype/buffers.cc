@@ -275,10 +275,13 @@ int buffers_send(const OpCtx &c, BufRef *out)
     return b.done();
 }
 
-int buffers_recv(const OpCtx &c, BufRef *out)  // a shorter message leaves the tail untouched: copy in, copy back
+// A point-to-point receive: a message shorter than the buffer leaves the rest untouched. A
+// contiguous buffer gets back only the bytes the status counts (no copy in); a non-contiguous one
+// is copied in whole and back whole (its gaps keep their contents).
+int buffers_recv(const OpCtx &c, BufRef *out)
 {
     Builder b{out};
-    if (c.o->rpeer != MPI_PROC_NULL) b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+    if (c.o->rpeer != MPI_PROC_NULL) b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
     return b.done();
 }
 
@@ -286,7 +289,7 @@ int buffers_mrecv(const OpCtx &c, BufRef *out)
 {
     Builder b{out};
     if (c.o->msg && *c.o->msg != MPI_MESSAGE_NO_PROC && *c.o->msg != MPI_MESSAGE_NULL)
-        b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+        b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);
     return b.done();
 }
 
@@ -294,7 +297,7 @@ int buffers_sendrecv(const OpCtx &c, BufRef *out)
 {
     Builder b{out};
     if (c.o->peer != MPI_PROC_NULL) b.add(false, c.o->sbuf, BUF_IN, c.o->stype, c.o->scount);
-    if (c.o->rpeer != MPI_PROC_NULL) b.add(true, c.o->rbuf, BUF_INOUT, c.o->rtype, c.o->rcount, false);
+    if (c.o->rpeer != MPI_PROC_NULL) b.add(true, c.o->rbuf, BUF_OUT, c.o->rtype, c.o->rcount);  // as buffers_recv
     return b.done();
 }
 
