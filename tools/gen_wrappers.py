@@ -456,13 +456,14 @@ COVERAGE_DOC = """\
 # path, operation kind. Host buffers always go to the real MPI. Categories:
 #   routed              device buffers run on NCCL where NCCL can (else the staged path)
 #   staged              device buffers are copied to host and back around the real MPI call
-#   rejected-on-device  device buffers fail with an MPI error (MPI_ERR_BUFFER; persistent
-#                       point-to-point: MPI_ERR_UNSUPPORTED_OPERATION); never passed to the MPI
+#   staged              (persistent point-to-point: copied at each MPI_Start and completion)
+#   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
 #   flush-only          no buffer: queued nonblocking device work is launched first (a blocking
 #                       collective or constructor may also make its communicator's pending NCCL
 #                       communicator), then the real MPI
 #   host-only           no buffer: lifecycle and completion calls; ncclmpi completes its own
-#                       requests, everything else goes to the real MPI
+#                       requests (and copies back staged persistent receives), everything else
+#                       goes to the real MPI
 """
 
 
@@ -483,7 +484,7 @@ def category(r, nccl):
         return "rejected-on-device"
     if p == "DATA":
         return "routed" if r["kind"] in nccl else "staged"
-    if p in ("PASS", "SYNC", "COMMNEW"):
+    if p in ("PASS", "SYNC", "COMMNEW") or (p == "PERSIST" and r["kind"] != "TEST"):
         return "flush-only"
     return "host-only"
 

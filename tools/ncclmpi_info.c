@@ -172,7 +172,7 @@ static void print_functions(void)
     static const char *const kinds[][2] = {
         {"routed", "device buffers on NCCL (staged where NCCL cannot)"},
         {"staged", "device buffers through host copies and the real MPI"},
-        {"rejected-on-device", "device buffers refused with an MPI error (persistent requests: MPI_ERR_UNSUPPORTED_OPERATION, the others: MPI_ERR_BUFFER)"},
+        {"rejected-on-device", "device buffers refused with MPI_ERR_BUFFER, never passed to the real MPI"},
         {"flush-only", "no buffer; launches queued device work, then the real MPI"},
         {"host-only", "no buffer; the real MPI (completion and lifecycle calls)"},
     };
