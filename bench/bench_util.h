@@ -1,10 +1,11 @@
 /* Helpers shared by the benchmark programs: checked CUDA (the GPU tests' CUDACHECK) and NCCL
- * calls (abort the job with the failing call and location), a monotonic clock, and a comparison
- * for qsort of doubles. Each helper is used only where its library is included. */
+ * calls (abort the job with the failing call and location), a monotonic clock, sizes with K/M/G
+ * suffixes, and a comparison for qsort of doubles. Each helper is used only where its library is included. */
 #ifndef NM_BENCH_UTIL_H
 #define NM_BENCH_UTIL_H
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "../test/gpu/gpu_common.h" /* CUDACHECK, shared with the GPU tests */
@@ -23,6 +24,17 @@ static inline double bench_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* "64", "4K", "2M", "1G" (powers of 1024) */
+static inline size_t bench_parse_size(const char *s)
+{
+    char *e;
+    double v = strtod(s, &e);
+    if (*e == 'K' || *e == 'k') v *= 1024;
+    if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
+    if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
+    return (size_t)v;
 }
 
 static inline int bench_cmp_double(const void *a, const void *b)

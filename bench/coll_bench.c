@@ -117,16 +117,6 @@ static double time_it(void (*fn)(int, size_t), int c, size_t n, int iters)
     return mx;
 }
 
-static size_t parse_size(const char *s)
-{
-    char *e;
-    double v = strtod(s, &e);
-    if (*e == 'K' || *e == 'k') v *= 1024;
-    if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
-    if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
-    return (size_t)v;
-}
-
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -136,12 +126,12 @@ int main(int argc, char **argv)
     int factor = 4, raw_only = 0;
     const char *csv = "coll_bench.csv", *colls = "allreduce,bcast,allgather,reduce_scatter,alltoall";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) minb = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e")) maxb = parse_size(argv[i + 1]);
+        if (!strcmp(argv[i], "-b")) minb = bench_parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e")) maxb = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-o")) csv = argv[i + 1];
         else if (!strcmp(argv[i], "-c")) colls = argv[i + 1];
-        else if (!strcmp(argv[i], "-w")) staged_max = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-w")) staged_max = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) raw_only = atoi(argv[i + 1]);
     }
     int ndev, lrank;

@@ -167,26 +167,14 @@ static int check(int way, int pat, size_t n)
     return any;
 }
 
-static size_t parse_size(const char *s)
-{
-    char *e;
-    double v = strtod(s, &e);
-    switch (*e) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    }
-    return (size_t)v;
-}
-
 int main(int argc, char **argv)
 {
     size_t b = 8, e = 64u << 20;
     int f = 4;
     const char *pats = "exchange,oneway,ring", *out = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) b = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e")) e = parse_size(argv[i + 1]);
+        if (!strcmp(argv[i], "-b")) b = bench_parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e")) e = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-f")) f = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) pats = argv[i + 1];
         else if (!strcmp(argv[i], "-o")) out = argv[i + 1];

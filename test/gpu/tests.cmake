@@ -121,23 +121,16 @@ foreach(np 2 3)
 endforeach()
 
 # gpu_neighbor: neighbourhood collectives (ring, 2-D grid with missing neighbours, dist graph) on
-# device buffers, staged, against the real MPI on host copies; on malloc buffers with --host
-foreach(np 1 2 3 4)
-  add_test(gpu_neighbor_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_neighbor")
-  set_tests_properties(gpu_neighbor_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
-endforeach()
-foreach(np 2 3)
-  add_test(mpi_neighbor_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_neighbor" --host)
-  set_tests_properties(mpi_neighbor_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
-endforeach()
-
-# gpu_persist: persistent point-to-point requests on device buffers restarted 1000 times around a
-# ring (device and host senders, every completion form, cancel, free while active)
-foreach(np 1 2 3)
-  add_test(gpu_persist_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_persist")
-  set_tests_properties(gpu_persist_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
-endforeach()
-foreach(np 2 3)
-  add_test(mpi_persist_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_persist" --host)
-  set_tests_properties(mpi_persist_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
+# device buffers, staged, against the real MPI on host copies; gpu_persist: persistent
+# point-to-point requests on device buffers restarted 1000 times around a ring (device and host
+# senders, every completion form, cancel, free while active). Both on malloc buffers with --host.
+foreach(prog neighbor persist)
+  foreach(np 1 2 3 4)
+    add_test(gpu_${prog}_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_${prog}")
+    set_tests_properties(gpu_${prog}_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+  endforeach()
+  foreach(np 2 3)
+    add_test(mpi_${prog}_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_${prog}" --host)
+    set_tests_properties(mpi_${prog}_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
+  endforeach()
 endforeach()
