@@ -28,7 +28,7 @@ extern "C" {
  * newly loaded library shows up as tail->l_next != NULL, without a call into the loader. */
 typedef struct nm_hot {
     int slow;
-    int pending; /* outstanding ncclmpi tasks behind user requests */
+    int pending; /* outstanding ncclmpi tasks behind user requests, and staged persistent requests */
     int queued;  /* nonblocking device operations queued for coalescing, not launched yet */
     struct link_map *volatile tail;
 } nm_hot_t;
