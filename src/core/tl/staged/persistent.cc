@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,7 @@ struct Pers {
 
 std::mutex mu;
 std::unordered_map<MPI_Request, Pers> table;
+std::atomic<int> registered{0};  // table's size, read without the lock (most calls find none)
 // freed while active: the real MPI's request (not freed yet, so that it can be tested) and stage
 std::vector<std::pair<MPI_Request, Pers>> detached;
 
@@ -54,14 +56,15 @@ void pers_register(MPI_Request req, Stage *s, MPI_Comm comm)
 {
     std::lock_guard<std::mutex> g(mu);
     table[req] = Pers{s, comm, false, false};
+    registered.store((int)table.size(), std::memory_order_release);
     // the Start, Wait and Test wrappers take their slow path while one exists
     __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
 }
 
 bool pers_owns(int n, const MPI_Request *reqs)
 {
+    if (registered.load(std::memory_order_acquire) == 0) return false;
     std::lock_guard<std::mutex> g(mu);
-    if (table.empty()) return false;
     for (int i = 0; i < n; i++)
         if (reqs[i] != MPI_REQUEST_NULL && table.count(reqs[i])) return true;
     return false;
@@ -109,6 +112,7 @@ int pers_free(MPI_Request *req, int *rc)
     if (it == table.end()) return 0;
     Pers p = it->second;
     table.erase(it);
+    registered.store((int)table.size(), std::memory_order_release);
     if (p.active) {  // completes in the background: tested by pers_progress, then freed
         detached.emplace_back(*req, p);
         *req = MPI_REQUEST_NULL;
