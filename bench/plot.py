@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Plot coll_bench CSV files: latency and bus bandwidth per collective, ncclmpi vs raw NCCL vs
-staged. Usage: bench/plot.py out.png bench_np1.csv [bench_np4.csv ...] (needs matplotlib)."""
+"""Plot benchmark CSV files (needs matplotlib).
+coll_bench CSVs: latency and bus bandwidth per collective, ncclmpi vs raw NCCL vs staged; the ratio
+to raw NCCL's time under the latency. p2p_bench CSVs: latency per pattern, and the time as a ratio
+to raw NCCL's. Usage: bench/plot.py out.png file.csv [file.csv ...]"""
 import csv
 import sys
 from collections import defaultdict
@@ -13,6 +15,9 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    with open(sys.argv[2]) as f:
+        if "pattern" in f.readline().split(","):
+            return plot_p2p(plt, sys.argv[1], sys.argv[2:])
     rows = defaultdict(list)  # (coll, ranks) -> rows
     for path in sys.argv[2:]:
         with open(path) as f:
@@ -49,6 +54,42 @@ def main():
     fig.tight_layout()
     fig.savefig(sys.argv[1], dpi=110)
     print("wrote", sys.argv[1])
+
+
+def plot_p2p(plt, out, paths):
+    """p2p_bench: one column per pattern; latency on top, time / raw NCCL's below."""
+    rows = defaultdict(list)  # pattern -> rows (later files add the sizes the earlier ones lack)
+    for path in paths:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                if not any(int(o["bytes"]) == int(r["bytes"]) for o in rows[r["pattern"]]):
+                    rows[r["pattern"]].append(r)
+    pats = [p for p in ("exchange", "oneway", "ring") if p in rows]
+    fig, axes = plt.subplots(2, len(pats), figsize=(4.4 * len(pats), 7.5), squeeze=False)
+    ways = (("mpi", "-o", "ncclmpi", "C0"), ("nccl", "--", "raw NCCL", "C1"), ("staged", ":", "staged by hand", "C2"),
+            ("ipc", "-.", "CUDA IPC pull (reference)", "C3"))
+    for j, pat in enumerate(pats):
+        rs = sorted(rows[pat], key=lambda r: int(r["bytes"]))
+        x = [int(r["bytes"]) for r in rs]
+        for key, style, label, color in ways:
+            y = [float(r[key + "_us"]) for r in rs]
+            axes[0][j].plot(x, y, style, ms=3, label=label, color=color)
+            if key != "nccl":
+                axes[1][j].plot(x, [a / float(r["nccl_us"]) for a, r in zip(y, rs)], style, ms=3, label=label,
+                                color=color)
+        axes[1][j].axhline(1.0, color="grey", lw=0.8)
+        axes[0][j].set_title("%s, %s ranks" % (pat, rs[0]["ranks"]))
+        for i in range(2):
+            axes[i][j].set_xscale("log", base=2)
+            axes[i][j].set_yscale("log")
+            axes[i][j].grid(True, alpha=0.3)
+            axes[i][j].set_xlabel("bytes per message")
+            axes[i][j].legend(fontsize=7)
+        axes[0][j].set_ylabel("latency (us, median)")
+        axes[1][j].set_ylabel("time / raw NCCL's")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print("wrote", out)
 
 
 if __name__ == "__main__":
