@@ -5,8 +5,9 @@
 # source tree with ./configure.
 # Usage: tools/gpu_check.sh [full|quick|tests|bench|hazard|sanitize]
 #   tests   gpu label (every GPU test, the hazard suite included)
-#   sanitize  compute-sanitizer memcheck over the GPU test programs at 2 and 3 ranks, racecheck and
-#             synccheck over the one-shot kernels (NM_SANITIZE_TESTS="NP PROG ARGS;...",
+#   sanitize  compute-sanitizer memcheck over every GPU test program at 2 ranks (some at 3) and
+#             every hazard scenario but the injected failures, racecheck and synccheck over the
+#             one-shot kernels (NM_SANITIZE_TESTS="NP [VAR=VALUE] PROG ARGS;...",
 #             NM_SANITIZE_TOOLS to choose; gpu_coll --only NAME --trace narrows a report to a case)
 #   hazard  the hazard suite only
 #   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench and classify_cost at
@@ -52,14 +53,23 @@ sanitize)
   # its cuMem-mapped peer buffers are invisible to memcheck (NCCL_CUMEM_ENABLE=0: CUDA IPC)
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   export NCCL_CUMEM_ENABLE=0
-  list=${NM_SANITIZE_TESTS:-"2 gpu_coll --only Alltoall --trace;2 gpu_coll --only Allreduce;2 gpu_oneshot --quick;2 gpu_misc;2 gpu_stream;3 gpu_coll --quick;2 gpu_hazard layout_gather;3 gpu_hazard layout_bcast;2 gpu_hazard explicit_group;2 gpu_hazard fuzz"}
+  # every program of the gpu label at 2 ranks (some at 3), every hazard scenario but the injected
+  # failures; an entry is "NP [VAR=VALUE ...] PROGRAM [ARGS]"
+  hz=""
+  for sc in layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first empty_scatterv \
+            bottom signature_pipelined threads first_nb_crossing comm_free_outstanding dup_churn progress \
+            coalesce_triggers explicit_group fuzz; do hz="$hz;2 gpu_hazard $sc"; done
+  list=${NM_SANITIZE_TESTS:-"2 gpu_coll --only Alltoall --trace;2 gpu_coll --quick;3 gpu_coll --quick;2 gpu_oneshot --quick;2 gpu_misc;2 gpu_stream;2 gpu_reject;2 gpu_p2p --seed 1;3 gpu_p2p --seed 2;2 gpu_persist --iters 100;2 gpu_neighbor;3 gpu_neighbor;3 gpu_hazard layout_bcast;3 gpu_hazard threads;2 NCCLMPI_AGREE=1 gpu_hazard agree_mixed;2 NCCLMPI_AGREE=1 gpu_hazard uint8_sum$hz"}
   IFS=';'; set -f; tests=$list; for t in $tests; do IFS=' '
-    set -- $t; np=$1; prog=$2; shift 2
+    set -- $t; np=$1; shift
+    envs=""
+    while [ $# -gt 0 ] && [ "${1#*=}" != "$1" ]; do envs="$envs $1"; shift; done
+    prog=$1; shift
     log="$OUT/sanitize.log"
-    echo "== memcheck np=$np $prog $*" >> "$log"
-    timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh "$np" preload "$cs" --tool memcheck --report-api-errors no --target-processes all --error-exitcode 9 \
+    echo "== memcheck np=$np$envs $prog $*" >> "$log"
+    env $envs timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh "$np" preload "$cs" --tool memcheck --report-api-errors no --target-processes all --error-exitcode 9 \
       --print-limit 20 "test/gpu/$prog" "$@" >> "$log" 2>&1
-    echo "== memcheck np=$np $prog $*: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$log") clean summaries so far)"
+    echo "== memcheck np=$np$envs $prog $*: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$log") clean summaries so far)"
   done; IFS=' '; set +f
   # ncclmpi's own kernels (the one-shot path): shared-memory races and barrier misuse
   for tool in ${NM_SANITIZE_TOOLS:-racecheck synccheck}; do
