@@ -152,10 +152,12 @@ static void run(MPI_Comm comm, const tdesc_t *d, const odesc_t *o, long count, i
 }
 
 /* Reduce (variant 0: root last, 1: root 0, LAND on shorts), Reduce_scatter_block (2: in place),
- * Bcast (root variant % size), Allgather (3: in place), each against the real MPI on host copies */
+ * Bcast (root variant % size), Allgather (3: in place), each against the real MPI on host copies;
+ * odd variants use the nonblocking forms (in place excepted) */
 static void other_colls(long count, int variant)
 {
     const int n = (int)count;
+    const int nb = variant & 1;
     const int root = variant % 2 ? 0 : size - 1;
     short *hs = malloc((size_t)n * size * sizeof(short)), *ws = malloc((size_t)n * size * sizeof(short));
     int *hi = malloc((size_t)n * size * sizeof(int)), *wi = malloc((size_t)n * size * sizeof(int));
@@ -178,8 +180,16 @@ static void other_colls(long count, int variant)
     CUDACHECK(cudaMemcpy(ds, hs, (size_t)n * sizeof(short), cudaMemcpyHostToDevice));
     CUDACHECK(cudaMemset(ri, 0xA5, (size_t)n * sizeof(int)));
     CUDACHECK(cudaMemset(rs, 0xA5, (size_t)n * sizeof(short)));
-    int rc = MPI_Reduce(di, ri, n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
-    int rc2 = MPI_Reduce(ds, rs, n, MPI_SHORT, MPI_LAND, root, MPI_COMM_WORLD);
+    MPI_Request q[2];
+    int rc, rc2;
+    if (nb) {  /* the nonblocking forms, completed together */
+        rc = MPI_Ireduce(di, ri, n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &q[0]);
+        rc2 = MPI_Ireduce(ds, rs, n, MPI_SHORT, MPI_LAND, root, MPI_COMM_WORLD, &q[1]);
+        if (rc == MPI_SUCCESS && rc2 == MPI_SUCCESS) rc = rc2 = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    } else {
+        rc = MPI_Reduce(di, ri, n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+        rc2 = MPI_Reduce(ds, rs, n, MPI_SHORT, MPI_LAND, root, MPI_COMM_WORLD);
+    }
     if (rank == root) {
         CUDACHECK(cudaMemcpy(gi, ri, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
         CUDACHECK(cudaMemcpy(gs, rs, (size_t)n * sizeof(short), cudaMemcpyDeviceToHost));
@@ -195,19 +205,22 @@ static void other_colls(long count, int variant)
         rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, di, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         CUDACHECK(cudaMemcpy(gi, di, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
     } else {
-        rc = MPI_Reduce_scatter_block(di, ri, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        rc = nb ? MPI_Ireduce_scatter_block(di, ri, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[0])
+                : MPI_Reduce_scatter_block(di, ri, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (nb && rc == MPI_SUCCESS) rc = MPI_Wait(&q[0], MPI_STATUS_IGNORE);
         CUDACHECK(cudaMemcpy(gi, ri, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
     }
-    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "Reduce_scatter_block count %d%s", n,
-          variant == 2 ? " in place" : "");
+    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "%sReduce_scatter_block count %d%s",
+          nb ? "I" : "", n, variant == 2 ? " in place" : "");
     cases++;
     /* Bcast of ints from root */
     for (int i = 0; i < n; i++) wi[i] = root * 1000 + i * 3 + variant;
     for (int i = 0; i < n; i++) gi[i] = rank == root ? wi[i] : -1;
     CUDACHECK(cudaMemcpy(di, gi, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
-    rc = MPI_Bcast(di, n, MPI_INT, root, MPI_COMM_WORLD);
+    rc = nb ? MPI_Ibcast(di, n, MPI_INT, root, MPI_COMM_WORLD, &q[0]) : MPI_Bcast(di, n, MPI_INT, root, MPI_COMM_WORLD);
+    if (nb && rc == MPI_SUCCESS) rc = MPI_Wait(&q[0], MPI_STATUS_IGNORE);
     CUDACHECK(cudaMemcpy(gi, di, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
-    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "Bcast count %d root %d", n, root);
+    CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * sizeof(int)), "%sBcast count %d root %d", nb ? "I" : "", n, root);
     cases++;
     /* Allgather of ints */
     MPI_Allgather(hi, n, MPI_INT, wi, n, MPI_INT, MPI_COMM_WORLD);
@@ -217,7 +230,9 @@ static void other_colls(long count, int variant)
         rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ri, n, MPI_INT, MPI_COMM_WORLD);
     } else {
         CUDACHECK(cudaMemcpy(di, hi, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
-        rc = MPI_Allgather(di, n, MPI_INT, ri, n, MPI_INT, MPI_COMM_WORLD);
+        rc = nb ? MPI_Iallgather(di, n, MPI_INT, ri, n, MPI_INT, MPI_COMM_WORLD, &q[0])
+                : MPI_Allgather(di, n, MPI_INT, ri, n, MPI_INT, MPI_COMM_WORLD);
+        if (nb && rc == MPI_SUCCESS) rc = MPI_Wait(&q[0], MPI_STATUS_IGNORE);
     }
     CUDACHECK(cudaMemcpy(gi, ri, (size_t)n * size * sizeof(int), cudaMemcpyDeviceToHost));
     CHECK(rc == MPI_SUCCESS && !memcmp(gi, wi, (size_t)n * size * sizeof(int)), "Allgather count %d%s", n,
@@ -373,17 +388,23 @@ int main(int argc, char **argv)
     nm_stats_view_t s1 = gpu_stats("Allreduce"), i1 = gpu_stats("Iallreduce");
 
     /* the other collectives of the one-shot path: Reduce, Reduce_scatter_block, Bcast, Allgather
-     * (int sums and a 16-bit LAND NCCL lacks; roots first and last; in place and not) */
-    nm_stats_view_t o0[4] = {gpu_stats("Reduce"), gpu_stats("Reduce_scatter_block"), gpu_stats("Bcast"), gpu_stats("Allgather")};
+     * and their nonblocking forms (int sums and a 16-bit LAND NCCL lacks; roots first and last; in
+     * place and not) */
+    static const char *const ofn[8] = {"Reduce", "Reduce_scatter_block", "Bcast", "Allgather",
+                                       "Ireduce", "Ireduce_scatter_block", "Ibcast", "Iallgather"};
+    nm_stats_view_t o0[8], o1[8];
+    for (int k = 0; k < 8; k++) o0[k] = gpu_stats(ofn[k]);
     {
         const long ocounts[] = {1, 7, 1000, 4096};
         for (int ci = 0; ci < (quick ? 2 : 4); ci++)
             for (int variant = 0; variant < 4; variant++)
                 other_colls(ocounts[ci], variant);
     }
-    nm_stats_view_t o1[4] = {gpu_stats("Reduce"), gpu_stats("Reduce_scatter_block"), gpu_stats("Bcast"), gpu_stats("Allgather")};
     unsigned long long other_one = 0;
-    for (int k = 0; k < 4; k++) other_one += o1[k].oneshot - o0[k].oneshot;
+    for (int k = 0; k < 8; k++) {
+        o1[k] = gpu_stats(ofn[k]);
+        other_one += o1[k].oneshot - o0[k].oneshot;
+    }
 
     /* window reuse: small (one-shot) and large (NCCL) calls alternating on one communicator, and
      * two communicators used alternately; values change every iteration */
