@@ -8,11 +8,13 @@
  *   ipc+copy  the same, the sender first copying its message into a buffer of its own (so its
  *             send could complete without waiting for the receiver)
  * Patterns: exchange (rank pairs 0-1, 2-3, ... both ways), oneway (even to odd rank), ring (each
- * rank to both neighbours and from both). Every iteration is blocking (the data is in the receive
+ * rank to both neighbours and from both), halo3d (a periodic 3-D grid from MPI_Dims_create: each
+ * rank to its 6 face neighbours and from them; in a dimension of 1 or 2 ranks a neighbour is the
+ * rank itself or appears twice). Every iteration is blocking (the data is in the receive
  * buffers when it returns) after a barrier; medians over ranks-max. Prints latency, the ratios to
  * raw NCCL, and writes CSV.
  *
- *   mpirun -np 2 -x LD_PRELOAD=libncclmpi.so p2p_bench [-b 8] [-e 64M] [-f 4] [-p exchange,oneway,ring]
+ *   mpirun -np 2 -x LD_PRELOAD=libncclmpi.so p2p_bench [-b 8] [-e 64M] [-f 4] [-p exchange,oneway,ring,halo3d]
  *          [-o out.csv]
  * Needs one GPU per rank (ranks on one node for the ipc columns: they are left out otherwise).
  */
@@ -26,8 +28,9 @@
 
 #include "bench_util.h"
 
-enum { EXCH, ONEWAY, RING, NPAT };
-static const char *const pat_names[NPAT] = {"exchange", "oneway", "ring"};
+enum { EXCH, ONEWAY, RING, HALO, NPAT };
+static const char *const pat_names[NPAT] = {"exchange", "oneway", "ring", "halo3d"};
+enum { MAXP = 6 }; /* neighbours of a pattern at most */
 enum { W_MPI, W_NCCL, W_STAGED, W_IPC, W_IPCC, NWAY };
 static const char *const way_names[NWAY] = {"mpi", "nccl", "staged", "ipc", "ipc+copy"};
 
@@ -35,13 +38,27 @@ static int rank, size, ipc_ok;
 static ncclComm_t nc;
 static cudaStream_t stream;
 static char *dsend, *drecv, *dstage, *hsend, *hrecv;
-static char *peer_send[2], *peer_stage[2]; /* the two peers' buffers, mapped (ipc) */
+static char **peer_send, **peer_stage; /* by rank: its buffers, mapped (ipc; our own for us) */
 static size_t maxb;
+static int nslots = 2, dims[3]; /* message slots per buffer (MAXP with halo3d); the 3-D grid */
 
 /* the peers of a pattern: np of them; peer k's message goes at offset k * maxb */
 static int peers(int pat, int *p, int *sends, int *recvs)
 {
     *sends = *recvs = 1;
+    if (pat == HALO) { /* dimension d: slot 2d toward -1, 2d + 1 toward +1 (row-major coordinates) */
+        int c[3], r = rank, stride[3] = {dims[1] * dims[2], dims[2], 1};
+        for (int d = 0; d < 3; d++) {
+            c[d] = r / stride[d];
+            r %= stride[d];
+        }
+        for (int d = 0; d < 3; d++)
+            for (int dir = 0; dir < 2; dir++) {
+                const int nd = (c[d] + (dir ? 1 : dims[d] - 1)) % dims[d];
+                p[2 * d + dir] = rank + (nd - c[d]) * stride[d];
+            }
+        return 6;
+    }
     if (pat == RING) {
         p[0] = (rank + 1) % size;
         p[1] = (rank + size - 1) % size;
@@ -57,17 +74,18 @@ static int peers(int pat, int *p, int *sends, int *recvs)
     return 1;
 }
 
-/* the tags: in a ring of two ranks both neighbours are the one peer, so the two messages to it
- * are told apart by tag (slot k goes out with tag 1 - k and arrives in the peer's slot 1 - k) */
-static int stag(int pat, int k) { return pat == RING ? 1 - k : 0; }
-static int rtag(int pat, int k) { return pat == RING ? k : 0; }
+/* the tags: a neighbour may appear twice (a ring of two ranks, a grid dimension of two), so the
+ * messages are told apart by tag: what goes toward neighbour k (slot k) arrives from the opposite
+ * direction there, so it goes out with tag k ^ 1 into the peer's slot k ^ 1 */
+static int stag(int pat, int k) { return pat == RING || pat == HALO ? k ^ 1 : 0; }
+static int rtag(int pat, int k) { return pat == RING || pat == HALO ? k : 0; }
 
 static void run(int way, int pat, size_t n)
 {
-    int p[2], s, r, np = peers(pat, p, &s, &r);
-    MPI_Request q[8];
+    int p[MAXP], s, r, np = peers(pat, p, &s, &r);
+    MPI_Request q[2 * MAXP];
     int nq = 0;
-    char env[2][64], renv[2][64];
+    char env[MAXP][64], renv[MAXP][64];
     switch (way) {
     case W_MPI:
         if (pat == ONEWAY && np) {
@@ -82,11 +100,12 @@ static void run(int way, int pat, size_t n)
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
         return;
     case W_NCCL:
-        /* NCCL pairs the messages to one peer in issue order: the sends go out last slot first, so
-         * that in a ring of two the peer's receive k gets slot 1 - k, as with the tags */
+        /* NCCL pairs the messages between two ranks in issue order: slot stag(k) goes out k-th,
+         * so that the peer's receive k gets slot k ^ 1, as with the tags */
         NCCLCHECK(ncclGroupStart());
         for (int k = 0; k < np; k++) {
-            if (s) NCCLCHECK(ncclSend(dsend + (np - 1 - k) * maxb, n, ncclInt8, p[np - 1 - k], nc, stream));
+            const int j = stag(pat, k);
+            if (s) NCCLCHECK(ncclSend(dsend + j * maxb, n, ncclInt8, p[j], nc, stream));
             if (r) NCCLCHECK(ncclRecv(drecv + k * maxb, n, ncclInt8, p[k], nc, stream));
         }
         NCCLCHECK(ncclGroupEnd());
@@ -116,10 +135,10 @@ static void run(int way, int pat, size_t n)
         }
         PMPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
         if (r) {
-            /* peer k sent our message from its slot (1 - k) (its peer index of us) */
+            /* neighbour k sent our message from its slot stag(k) */
             for (int k = 0; k < np; k++) {
                 const int slot = stag(pat, k);
-                const char *src = (way == W_IPCC ? peer_stage[k] : peer_send[k]) + slot * maxb;
+                const char *src = (way == W_IPCC ? peer_stage[p[k]] : peer_send[p[k]]) + slot * maxb;
                 CUDACHECK(cudaMemcpyAsync(drecv + k * maxb, src, n, cudaMemcpyDeviceToDevice, stream));
             }
             CUDACHECK(cudaStreamSynchronize(stream));
@@ -149,8 +168,8 @@ static double time_it(int way, int pat, size_t n, int iters)
  * way, after a poisoned receive buffer) */
 static int check(int way, int pat, size_t n)
 {
-    int p[2], s, r, np = peers(pat, p, &s, &r), bad = 0;
-    CUDACHECK(cudaMemset(drecv, 0xEE, 2 * maxb));
+    int p[MAXP], s, r, np = peers(pat, p, &s, &r), bad = 0;
+    CUDACHECK(cudaMemset(drecv, 0xEE, nslots * maxb));
     CUDACHECK(cudaDeviceSynchronize());
     PMPI_Barrier(MPI_COMM_WORLD);
     run(way, pat, n);
@@ -171,7 +190,7 @@ int main(int argc, char **argv)
 {
     size_t b = 8, e = 64u << 20;
     int f = 4;
-    const char *pats = "exchange,oneway,ring", *out = NULL;
+    const char *pats = "exchange,oneway,ring,halo3d", *out = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b")) b = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-e")) e = bench_parse_size(argv[i + 1]);
@@ -187,16 +206,18 @@ int main(int argc, char **argv)
     CUDACHECK(cudaSetDevice(rank % ndev));
     CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     maxb = e;
-    CUDACHECK(cudaMalloc((void **)&dsend, 2 * maxb));
-    CUDACHECK(cudaMalloc((void **)&drecv, 2 * maxb));
-    CUDACHECK(cudaMalloc((void **)&dstage, 2 * maxb));
-    CUDACHECK(cudaMallocHost((void **)&hsend, 2 * maxb));
-    CUDACHECK(cudaMallocHost((void **)&hrecv, 2 * maxb));
+    if (strstr(pats, "halo3d")) nslots = MAXP;
+    MPI_Dims_create(size, 3, dims);
+    CUDACHECK(cudaMalloc((void **)&dsend, nslots * maxb));
+    CUDACHECK(cudaMalloc((void **)&drecv, nslots * maxb));
+    CUDACHECK(cudaMalloc((void **)&dstage, nslots * maxb));
+    CUDACHECK(cudaMallocHost((void **)&hsend, nslots * maxb));
+    CUDACHECK(cudaMallocHost((void **)&hrecv, nslots * maxb));
     /* slot k of rank r: its first byte r * 16 + k, its bytes counting up from there */
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < nslots; k++)
         for (size_t i = 0; i < maxb; i++) hsend[k * maxb + i] = (char)(rank * 16 + k + i);
-    CUDACHECK(cudaMemcpy(dsend, hsend, 2 * maxb, cudaMemcpyHostToDevice));
-    CUDACHECK(cudaMemcpy(dstage, hsend, 2 * maxb, cudaMemcpyHostToDevice));
+    CUDACHECK(cudaMemcpy(dsend, hsend, nslots * maxb, cudaMemcpyHostToDevice));
+    CUDACHECK(cudaMemcpy(dstage, hsend, nslots * maxb, cudaMemcpyHostToDevice));
     ncclUniqueId id;
     if (rank == 0) NCCLCHECK(ncclGetUniqueId(&id));
     PMPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -214,14 +235,18 @@ int main(int argc, char **argv)
     for (int r = 0; r < size; r++) ok &= !strcmp(hosts + (size_t)r * MPI_MAX_PROCESSOR_NAME, host);
     ok = ok && cudaIpcGetMemHandle(&mine[0], dsend) == cudaSuccess && cudaIpcGetMemHandle(&mine[1], dstage) == cudaSuccess;
     PMPI_Allgather(mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
-    int pr[2], s_, r_, npr = peers(RING, pr, &s_, &r_);
-    for (int k = 0; k < npr && ok && size > 1; k++) {
-        ok &= cudaIpcOpenMemHandle((void **)&peer_send[k], all[2 * pr[k]], cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
-        ok &= cudaIpcOpenMemHandle((void **)&peer_stage[k], all[2 * pr[k] + 1], cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
-        if (size == 2) { /* both neighbours are the one peer: map it once */
-            peer_send[1] = peer_send[0];
-            peer_stage[1] = peer_stage[0];
-            break;
+    /* map every neighbour of every pattern once (our own buffers for ourselves) */
+    peer_send = calloc(size, sizeof(char *));
+    peer_stage = calloc(size, sizeof(char *));
+    peer_send[rank] = dsend;
+    peer_stage[rank] = dstage;
+    for (int pat = 0; pat < NPAT && ok; pat++) {
+        int pr[MAXP], s_, r_, npr = peers(pat, pr, &s_, &r_);
+        for (int k = 0; k < npr && ok; k++) {
+            const int q = pr[k];
+            if (peer_send[q]) continue;
+            ok &= cudaIpcOpenMemHandle((void **)&peer_send[q], all[2 * q], cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
+            ok &= cudaIpcOpenMemHandle((void **)&peer_stage[q], all[2 * q + 1], cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
         }
     }
     PMPI_Allreduce(&ok, &ipc_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -264,10 +289,11 @@ int main(int argc, char **argv)
         }
     }
     if (csv) fclose(csv);
-    for (int k = 0; k < 2; k++) {
-        if (peer_send[k] && (k == 0 || size > 2)) cudaIpcCloseMemHandle(peer_send[k]);
-        if (peer_stage[k] && (k == 0 || size > 2)) cudaIpcCloseMemHandle(peer_stage[k]);
-    }
+    for (int q = 0; q < size; q++)
+        if (q != rank && peer_send[q]) {
+            cudaIpcCloseMemHandle(peer_send[q]);
+            if (peer_stage[q]) cudaIpcCloseMemHandle(peer_stage[q]);
+        }
     ncclCommDestroy(nc);
     MPI_Finalize();
     return failed;

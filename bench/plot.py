@@ -64,7 +64,7 @@ def plot_p2p(plt, out, paths):
             for r in csv.DictReader(f):
                 if not any(int(o["bytes"]) == int(r["bytes"]) for o in rows[r["pattern"]]):
                     rows[r["pattern"]].append(r)
-    pats = [p for p in ("exchange", "oneway", "ring") if p in rows]
+    pats = [p for p in ("exchange", "oneway", "ring", "halo3d") if p in rows]
     fig, axes = plt.subplots(2, len(pats), figsize=(4.4 * len(pats), 7.5), squeeze=False)
     ways = (("mpi", "-o", "ncclmpi", "C0"), ("nccl", "--", "raw NCCL", "C1"), ("staged", ":", "staged by hand", "C2"),
             ("ipc", "-.", "CUDA IPC pull (reference)", "C3"))
