@@ -26,6 +26,7 @@ static std::recursive_mutex tasks_mu;
 struct Failure {
     MPI_Comm comm;
     int code;
+    bool reported;  // the real MPI already called the handler (its own request failed)
 };
 static std::mutex failed_mu;
 static std::unordered_map<MPI_Request, Failure> failed;
@@ -112,6 +113,7 @@ void Task::recycle()
     inner_ = greq_ = MPI_REQUEST_NULL;
     stage_ = nullptr;
     has_status_ = false;
+    inner_failed_ = false;
     mpi_rc_ = MPI_SUCCESS;
     why_.clear();
     failed_.store(NM_OK, std::memory_order_relaxed);
@@ -158,7 +160,7 @@ void Task::complete(int mpi_rc)
     done_ = true;
     if (mpi_rc != MPI_SUCCESS) {  // reported by the wrapper that completes the request; its count stays
         std::lock_guard<std::mutex> g(failed_mu);
-        failed[greq_] = Failure{comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, mpi_rc};
+        failed[greq_] = Failure{comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, mpi_rc, inner_failed_};
         nfailed.store((int)failed.size(), std::memory_order_release);
     } else {
         __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
@@ -205,6 +207,7 @@ bool Task::poll(uint64_t sweep)
     int flag = 0;
     int rc = PMPI_Test(&inner_, &flag, &inner_status_);
     if (rc == MPI_SUCCESS && !flag) return false;
+    inner_failed_ = rc != MPI_SUCCESS;  // the real MPI's Test called the handler for it
     has_status_ = true;
     int cancelled = 0;  // a cancelled receive wrote nothing: nothing goes back
     if (rc == MPI_SUCCESS) PMPI_Test_cancelled(&inner_status_, &cancelled);
@@ -428,7 +431,7 @@ static int report_one(const Reporting &r, int i, MPI_Status *st, int rc)
     Failure f;
     if (rc != MPI_SUCCESS || i < 0 || !take_failure(r.before(i), &f)) return rc;
     if (st != MPI_STATUS_IGNORE) st->MPI_ERROR = f.code;
-    PMPI_Comm_call_errhandler(f.comm, f.code);
+    if (!f.reported) PMPI_Comm_call_errhandler(f.comm, f.code);
     return f.code;
 }
 
@@ -438,14 +441,16 @@ static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *st
 {
     if (rc != MPI_SUCCESS || m == MPI_UNDEFINED) return rc;
     MPI_Comm first = MPI_COMM_NULL;
+    bool any_bad = false;
     for (int k = 0; k < m; k++) {
         Failure f;
         const bool bad = take_failure(r.before(idx ? idx[k] : k), &f);
-        if (bad && first == MPI_COMM_NULL) first = f.comm;
+        if (bad && first == MPI_COMM_NULL && !f.reported) first = f.comm;
+        any_bad |= bad;
         if (sts != MPI_STATUSES_IGNORE) sts[k].MPI_ERROR = bad ? f.code : MPI_SUCCESS;
     }
-    if (first == MPI_COMM_NULL) return rc;
-    PMPI_Comm_call_errhandler(first, MPI_ERR_IN_STATUS);
+    if (!any_bad) return rc;
+    if (first != MPI_COMM_NULL) PMPI_Comm_call_errhandler(first, MPI_ERR_IN_STATUS);
     return MPI_ERR_IN_STATUS;
 }
 

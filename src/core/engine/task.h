@@ -6,7 +6,8 @@
 // A task that fails completes its generalized request as if it had succeeded and records the
 // error: the Wait and Test wrappers then report it through the error handler of the operation's
 // communicator, as the real MPI does for its own requests (it would raise a generalized request's
-// error on MPI_COMM_SELF's handler).
+// error on MPI_COMM_SELF's handler). When the real MPI's own request behind a staged task failed,
+// its Test already called that handler: the wrapper then only returns the error.
 #ifndef NM_CORE_TASK_H
 #define NM_CORE_TASK_H
 #include <mpi.h>
@@ -58,6 +59,7 @@ class Task {
     MPI_Request greq_ = MPI_REQUEST_NULL;
     MPI_Status inner_status_;
     bool has_status_ = false;
+    bool inner_failed_ = false;  // the real MPI's request failed (its Test called the handler)
     int mpi_rc_ = MPI_SUCCESS;
     std::string why_;              // written before failed_ is published
     std::atomic<int> failed_{NM_OK};
