@@ -21,6 +21,7 @@
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/oneshot/oneshot.h"
+#include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/persistent.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
@@ -125,11 +126,13 @@ static void check_settings_agree()
 {
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
-             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d", nm_cfg.DISABLE,
+             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu",
+             nm_cfg.DISABLE,
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
              (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
-             nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, oneshot_built() ? 1 : 0);
+             nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, oneshot_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
+             (size_t)nm_cfg.P2P_ENVELOPE_MIN);
     unsigned long long h = 1469598103934665603ull;
     for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
@@ -159,6 +162,7 @@ static void init_locked()
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
     check_settings_agree();
+    env_init();
     NM_INFO(INIT, "ncclmpi %s: CUDA driver %s", ncclmpi_version(), cuda_attached() ? "attached" : "not in process");
 }
 
@@ -290,6 +294,24 @@ Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, in
     return op;
 }
 
+// NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (1: done, *rc its result); a host
+// receive may get one, so nm_leave decodes what it got (0: the wrapper calls the real MPI)
+int envelope_host(nm_op_t *o, int *rc)
+{
+    if (o->flags & NM_OPF_PERS) return 0;
+    if (o->kind == NM_OPK_SEND) return env_send(o, rc);
+    if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV && o->kind != NM_OPK_SENDRECV &&
+        o->kind != NM_OPK_SENDRECV_REPLACE)
+        return 0;
+    if (o->kind != NM_OPK_MRECV && !env_comm(o->comm)) return 0;
+    // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
+    Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
+    if (!(o->flags & NM_OPF_NB) && o->status == MPI_STATUS_IGNORE) o->status = &d->status;
+    o->stage = reinterpret_cast<struct nm_stage *>(d);
+    o->flags |= NM_OPF_DECODE;
+    return 0;
+}
+
 int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, const Classified &c, unsigned act,
              bool oneshot)
 {
@@ -388,7 +410,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     }
     if (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree))
         use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
-    if (d.route == NCCLMPI_ROUTE_HOST) return 0;  // the wrapper calls the real MPI (hot path: nothing more)
+    if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
+        if (NM_UNLIKELY(env_on())) return envelope_host(o, rc);
+        return 0;
+    }
     char range[64];
     range[0] = 0;
     if (nm_cfg.NVTX) snprintf(range, sizeof(range), "MPI_%s %s", nm_fn_names[o->fn], nm_route_str(d.route));
@@ -441,6 +466,27 @@ __attribute__((constructor)) static void nm_check_link_order()
 
 extern "C" int nm_leave_slow(nm_op_t *o, int rc)
 {
+    if (o->flags & NM_OPF_DECODE) {  // a host receive that may have got an envelope
+        Decode *d = reinterpret_cast<Decode *>(o->stage);
+        o->flags &= ~NM_OPF_DECODE;
+        o->stage = nullptr;
+        if (rc != MPI_SUCCESS) {
+            delete d;
+            return rc;
+        }
+        DepthGuard dg;
+        if (o->flags & NM_OPF_NB) {  // decoded when the real MPI's request completes
+            Task *t = Task::get(o);
+            t->set_inner(*o->req, nullptr);
+            t->set_decode(d);
+            return t->publish(o->req);
+        }
+        rc = env_finish(*d, o->status);
+        delete d;
+        // (MPI_Mrecv: the message's communicator is not known here; the code is returned)
+        if (rc != MPI_SUCCESS && o->comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(o->comm, rc);
+        return rc;
+    }
     Stage *s = reinterpret_cast<Stage *>(o->stage);
     o->flags &= ~NM_OPF_STAGED;
     if (rc != MPI_SUCCESS) {
@@ -495,6 +541,7 @@ extern "C" void nm_before_finalize(void)
     DepthGuard dg;
     tasks_drain();
     engine_drain();
+    env_drain();
     finalized = true;
     if (cuda_attached()) {
         comm_states_teardown();

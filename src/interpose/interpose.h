@@ -56,7 +56,10 @@ static inline int nm_work_pending(void)
  * buffers and then nm_leave(). */
 int nm_enter(nm_op_t *o, int *rc);
 int nm_leave_slow(nm_op_t *o, int rc);
-static inline int nm_leave(nm_op_t *o, int rc) { return NM_UNLIKELY(o->flags & NM_OPF_STAGED) ? nm_leave_slow(o, rc) : rc; }
+static inline int nm_leave(nm_op_t *o, int rc)
+{
+    return NM_UNLIKELY(o->flags & (NM_OPF_STAGED | NM_OPF_DECODE)) ? nm_leave_slow(o, rc) : rc;
+}
 
 void nm_after_init(void);
 void nm_before_finalize(void);

@@ -87,6 +87,7 @@ enum {
     NM_OPF_PERS = 1u << 1,    /* persistent (_init form) */
     NM_OPF_INPLACE = 1u << 2, /* MPI_IN_PLACE was given */
     NM_OPF_STAGED = 1u << 3,  /* buffers were swapped for host shadows; nm_leave copies back */
+    NM_OPF_DECODE = 1u << 4,  /* a receive that may get an envelope (core/tl/p2p/envelope.h) */
 };
 
 struct nm_stage;

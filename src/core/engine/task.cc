@@ -11,6 +11,7 @@
 
 #include "core/comm/comm_state.h"
 #include "core/engine/engine.h"
+#include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/persistent.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
@@ -107,6 +108,8 @@ Task *Task::get(const nm_op_t *o)
 void Task::recycle()
 {
     if (stage_) stage_release(stage_);
+    delete decode_;
+    decode_ = nullptr;
     fn_ = kind_ = 0;
     comm_ = MPI_COMM_NULL;
     op_ = nullptr;
@@ -213,6 +216,7 @@ bool Task::poll(uint64_t sweep)
     if (rc == MPI_SUCCESS) PMPI_Test_cancelled(&inner_status_, &cancelled);
     if (rc == MPI_SUCCESS && stage_ && !cancelled)
         rc = stage_finish(stage_, &inner_status_) == NM_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
+    if (rc == MPI_SUCCESS && decode_ && !cancelled) rc = env_finish(*decode_, &inner_status_);
     complete(rc);
     return true;
 }
@@ -290,6 +294,7 @@ void tasks_progress()
     pending.resize(keep);
     if (!retired.empty()) tasks_reap();
     pers_progress();
+    env_progress();
 }
 
 static bool tasks_left()
@@ -470,7 +475,7 @@ class PersScope {
         own_.resize(n > 0 ? n : 1);
         return own_.data();
     }
-    int done(int rc, int m, const int *idx, const MPI_Status *sts)
+    int done(int rc, int m, const int *idx, MPI_Status *sts)
     {
         if (!any_ || (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || m == MPI_UNDEFINED) return rc;
         for (int k = 0; k < m; k++) {

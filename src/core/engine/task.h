@@ -23,6 +23,7 @@ namespace ncclmpi {
 
 struct Op;
 struct Stage;
+struct Decode;
 
 class Task {
   public:
@@ -31,6 +32,8 @@ class Task {
     void set_op(Op *op) { op_ = op; }
     // Staged route: completion is the real MPI's request, then the copy back of `stage`.
     void set_inner(MPI_Request inner, Stage *stage);
+    // A host receive that may get an envelope: decoded when the inner request completes (owned).
+    void set_decode(Decode *d) { decode_ = d; }
     // Hand the user a generalized request standing for this task. Returns an MPI code.
     int publish(MPI_Request *user_req);
     // The op could not be launched: the task completes with this error.
@@ -56,6 +59,7 @@ class Task {
     Op *op_ = nullptr;
     MPI_Request inner_ = MPI_REQUEST_NULL;
     Stage *stage_ = nullptr;
+    Decode *decode_ = nullptr;
     MPI_Request greq_ = MPI_REQUEST_NULL;
     MPI_Status inner_status_;
     bool has_status_ = false;

@@ -31,7 +31,7 @@ std::atomic<int> registered{0};  // table's size, read without the lock (most ca
 // freed while active: the real MPI's request (not freed yet, so that it can be tested) and stage
 std::vector<std::pair<MPI_Request, Pers>> detached;
 
-int copy_back(const Pers &p, const MPI_Status *st)
+int copy_back(const Pers &p, MPI_Status *st)
 {
     int cancelled = 0;
     if (st && st != MPI_STATUS_IGNORE) PMPI_Test_cancelled(st, &cancelled);
@@ -91,7 +91,7 @@ int pers_start(int n, const MPI_Request *reqs)
     return MPI_SUCCESS;
 }
 
-int pers_completed(MPI_Request req, const MPI_Status *st)
+int pers_completed(MPI_Request req, MPI_Status *st)
 {
     Pers p;
     {

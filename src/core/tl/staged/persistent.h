@@ -25,7 +25,7 @@ bool pers_owns(int n, const MPI_Request *reqs);
 int pers_start(int n, const MPI_Request *reqs);
 // After the real MPI completed request `req` (the handle it had) with status `st`: a staged
 // receive's copy back (none when cancelled or failed). MPI_SUCCESS or an MPI error code.
-int pers_completed(MPI_Request req, const MPI_Status *st);
+int pers_completed(MPI_Request req, MPI_Status *st);
 // MPI_Request_free of a staged persistent request: 1 (and *rc) when it was one.
 int pers_free(MPI_Request *req, int *rc);
 // Requests freed while active: the completed ones copied back and released.

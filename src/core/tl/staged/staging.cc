@@ -1,6 +1,8 @@
 // ncclmpi: staging through pinned host memory.
 #include "core/tl/staged/staging.h"
 
+#include "core/tl/p2p/envelope.h"
+
 #include <hwloc.h>
 #include <string.h>
 
@@ -269,7 +271,7 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
     return NM_OK;
 }
 
-nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status)
+nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
@@ -281,6 +283,10 @@ nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status)
         if (!(s->r[i].dir & BUF_OUT)) continue;
         size_t len = s->r[i].len;
         MPI_Count got = MPI_UNDEFINED;
+        // a receive that got an envelope (NCCLMPI_P2P_ENVELOPE): its payload into the shadow first
+        if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE && env_on() &&
+            env_finish_bytes(s->r[i].host, len, recv_status) != MPI_SUCCESS)
+            return NM_ERR_MPI;
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE &&
             PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
             (size_t)got < len)

@@ -45,7 +45,7 @@ nm_status_t stage_copy_in(Stage *s);
 bool stage_has_out(const Stage *s);
 // Copy what the call wrote back to the device buffers (synchronous). recv_status: a
 // point-to-point receive's status, so that only the bytes received go back (null: all).
-nm_status_t stage_finish(Stage *s, const MPI_Status *recv_status);
+nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
 void stage_release(Stage *s);
 
 struct OpCtx;

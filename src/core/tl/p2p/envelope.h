@@ -1,0 +1,72 @@
+// ncclmpi: point-to-point envelopes (work in progress: NCCLMPI_P2P_ENVELOPE=host, a test mode).
+//
+// A large message can travel as a small envelope through the real MPI (the user's communicator,
+// destination and tag, so matching, wildcards and the non-overtaking order stay the real MPI's)
+// while its payload waits in the sender's memory, from where the receiver pulls it once the
+// envelope matched a receive: over CUDA IPC for device memory (to come), with Linux cross-memory
+// attach (process_vm_readv) in the host test mode here. The sender's call completes once its
+// payload is copied aside, so no send waits for its receiver's progress.
+//
+// A receive cannot know whether a message is an envelope before it lands, so every receive on a
+// communicator where envelopes may travel decodes what it got: an envelope is exactly
+// NM_ENV_WIRE bytes (an odd size, which typed messages never have) starting with a 128-bit nonce
+// drawn at MPI_Init and known only to this job's ranks. The receiver then pulls the payload into
+// its buffer, sets the status's count to the payload's size, and tells the sender to free it.
+// Not yet decoded: MPI_Probe and its variants (they would report the envelope's size), persistent
+// receives, non-contiguous device receive buffers.
+#ifndef NM_CORE_P2P_ENVELOPE_H
+#define NM_CORE_P2P_ENVELOPE_H
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "route/nm_op.h"
+
+namespace ncclmpi {
+
+enum { NM_ENV_WIRE = 61 };  // bytes of an envelope on the wire
+
+struct Envelope {
+    uint64_t nonce[2];
+    uint64_t bytes;  // the payload's size
+    uint64_t addr;   // where it waits in the sender's process
+    int32_t pid;     // the sender's process
+    int32_t wrank;   // the sender's rank in MPI_COMM_WORLD (where the release goes)
+    uint32_t id;     // the sender's name for it
+    uint32_t pad;
+};
+static_assert(sizeof(Envelope) <= NM_ENV_WIRE, "an envelope fits its wire size");
+
+// MPI_Init (collective on MPI_COMM_WORLD): draws and shares the nonce when envelopes are on.
+void env_init();
+bool env_on();
+// Whether communicator comm may carry envelopes (an intracommunicator, envelopes on).
+bool env_comm(MPI_Comm comm);
+
+// A send that goes as an envelope: 1 with *rc when it did (o: a SEND op on host memory), 0 to let
+// the real MPI send it as it is.
+int env_send(nm_op_t *o, int *rc);
+
+// A receive that may have got an envelope: what it needs after the real MPI completed it.
+struct Decode {
+    void *buf;
+    int count;
+    MPI_Datatype type;
+    MPI_Comm comm;
+    MPI_Status status;  // the receive's, where the caller passed MPI_STATUS_IGNORE
+};
+// The message that landed in d's buffer with status *st: when it is an envelope, its payload is
+// pulled into the buffer and *st counts the payload. Returns an MPI code (MPI_ERR_TRUNCATE when
+// the payload does not fit; MPI_ERR_OTHER when it cannot be pulled).
+int env_finish(const Decode &d, MPI_Status *st);
+// The same for bytes that landed contiguously at `at` (a staged receive's host shadow of `cap`
+// bytes).
+int env_finish_bytes(void *at, size_t cap, MPI_Status *st);
+
+// Releases received and sent; payloads released by their receivers are freed.
+void env_progress();
+// MPI_Finalize: payloads not released yet are freed after a short wait.
+void env_drain();
+
+}  // namespace ncclmpi
+#endif
