@@ -17,7 +17,7 @@ import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
-PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "PERSIST"}
+PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "PERSIST", "PROBE"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
@@ -229,6 +229,14 @@ def c_wrapper(r):
                          ["nm_trace_call(%s);" % fn,
                           "int rc;",
                           "if (nm_pers_%s(%s, &rc)) return rc;" % (n.lower(), act)])
+    elif p == "PROBE":
+        # probes: ncclmpi's hook runs first once the CUDA driver is in the process (a probe must
+        # see through point-to-point envelopes); it returns 1 when it made the call itself
+        out = slow_split(n, f, act, fn, "nm_hot.slow",
+                         ["nm_trace_call(%s);" % fn,
+                          "if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                          "int rc;",
+                          "if (nm_probe_%s(%s, &rc)) return rc;" % (n.lower(), act)])
     elif p == "WAIT":
         roles = {a["role"]: a["name"] for a in r["args"]}
         if "NREQ" in roles:
@@ -423,6 +431,8 @@ def f_wrapper(r):
             bufs = [a["name"] for a in r["args"] if a["role"] in ("SBUF", "RBUF", "BUF")]
             cond = "nm_host_fast() || !nm_f_maybe_device(%s, %s)" % (
                 bufs[0], bufs[1] if len(bufs) > 1 else "NULL")
+        elif p == "PROBE":
+            cond = "!nm_hot.slow"
         else:
             cond = "!nm_work_pending()"
         pre, acts, post = f_convert(r)
@@ -484,7 +494,7 @@ def category(r, nccl):
         return "rejected-on-device"
     if p == "DATA":
         return "routed" if r["kind"] in nccl else "staged"
-    if p in ("PASS", "SYNC", "COMMNEW") or (p == "PERSIST" and r["kind"] != "TEST"):
+    if p in ("PASS", "SYNC", "COMMNEW", "PROBE") or (p == "PERSIST" and r["kind"] != "TEST"):
         return "flush-only"
     return "host-only"
 

@@ -303,6 +303,7 @@ int envelope_host(nm_op_t *o, int *rc)
     if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV && o->kind != NM_OPK_SENDRECV &&
         o->kind != NM_OPK_SENDRECV_REPLACE)
         return 0;
+    if (env_recv_queued(o, rc)) return 1;  // a message a probe took out of matching
     if (o->kind != NM_OPK_MRECV && !env_comm(o->comm)) return 0;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
     Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};

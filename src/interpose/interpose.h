@@ -95,6 +95,11 @@ int nm_reject_file(int fn, MPI_File fh);
 void nm_progress(void);
 void nm_progress_fn(int fn);  /* from the wrapper of MPI function fn (traced) */
 int nm_tasks_owns(int n, const MPI_Request *reqs);
+/* PROBE rows (src/core/tl/p2p/envelope.cc): 1 when the hook made the call (*rc its result) */
+int nm_probe_probe(int source, int tag, MPI_Comm comm, MPI_Status *status, int *rc);
+int nm_probe_iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status, int *rc);
+int nm_probe_mprobe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status, int *rc);
+int nm_probe_improbe(int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, MPI_Status *status, int *rc);
 /* The in- and out-degree of comm's topology (neighbourhood collectives); 0 without one. */
 int nm_neighbor_degrees(MPI_Comm comm, int *nin, int *nout);
 /* PERSIST rows (src/core/tl/staged/persistent.cc): 1 when the hook made the call (*rc its

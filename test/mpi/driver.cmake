@@ -31,6 +31,20 @@ if(EXISTS "${STUB_DRIVER}")
   add_test(mpi_p2p_fuzz_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
   set_tests_properties(mpi_p2p_fuzz_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
+  # point-to-point envelopes (work in progress, NCCLMPI_P2P_ENVELOPE=host): messages of 4 KiB and
+  # more travel as envelopes; the point-to-point suites, the random matching fuzzer (probes,
+  # wildcards, cancels, truncation) and the envelope corner cases must behave as plain MPI
+  foreach(np 2 3)
+    add_test(mpi_p2p_np${np}_envelope "${RUN}" ${np} preload "${B}/test/mpi/p2p" --ncclmpi=require)
+    add_test(mpi_p2p_fuzz_np${np}_envelope "${RUN}" ${np} preload "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 20 --seed ${np})
+    add_test(mpi_p2p_envelope_np${np} "${RUN}" ${np} preload "${B}/test/mpi/p2p_envelope")
+    set_tests_properties(mpi_p2p_np${np}_envelope mpi_p2p_fuzz_np${np}_envelope mpi_p2p_envelope_np${np} PROPERTIES
+                         LABELS "mpi" TIMEOUT 180
+                         ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=4096")
+  endforeach()
+  add_test(mpi_p2p_envelope_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
+  set_tests_properties(mpi_p2p_envelope_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=62")
   # neighbourhood collectives on three topologies, persistent requests (Start, Request_free,
   # Request_get_status through the library's wrappers), host memory
   add_test(mpi_neighbor_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_neighbor" --host)

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -42,6 +43,58 @@ struct Rel {
 };
 std::vector<Rel> releases;  // release messages in flight
 unsigned long long sent_count = 0;
+
+// Messages a probe took out of the real MPI's matching, per communicator, in the order they
+// arrived from each source (see env_probe): a raw message not received yet (its real handle), an
+// envelope, or a raw message of the envelope's size already received (its bytes).
+struct Entry {
+    enum Kind { HANDLE, ENV, BYTES } kind;
+    int src, tag;
+    MPI_Count count;    // the message's size as the status reports it
+    MPI_Message msg;    // HANDLE
+    Envelope env;       // ENV
+    char bytes[64];     // BYTES
+};
+std::mutex qmu;
+std::unordered_map<MPI_Comm, std::vector<Entry>> queues;
+std::atomic<int> queued{0};
+MPI_Comm self_comm = MPI_COMM_NULL;     // fabricated message handles come from here
+std::unordered_map<MPI_Message, Entry> fabricated;
+
+bool matches(const Entry &e, int src, int tag)
+{
+    return (src == MPI_ANY_SOURCE || src == e.src) && (tag == MPI_ANY_TAG || tag == e.tag);
+}
+
+// The first queued message of comm that (src, tag) matches, taken out when `take`.
+bool queue_find(MPI_Comm comm, int src, int tag, bool take, Entry *out)
+{
+    if (queued.load(std::memory_order_acquire) == 0) return false;
+    std::lock_guard<std::mutex> g(qmu);
+    auto it = queues.find(comm);
+    if (it == queues.end()) return false;
+    auto &v = it->second;
+    for (size_t i = 0; i < v.size(); i++)
+        if (matches(v[i], src, tag)) {
+            *out = v[i];
+            if (take) {
+                v.erase(v.begin() + (long)i);
+                queued.fetch_sub(1, std::memory_order_release);
+            }
+            return true;
+        }
+    return false;
+}
+
+void fill_status(MPI_Status *st, const Entry &e)
+{
+    if (!st || st == MPI_STATUS_IGNORE) return;
+    st->MPI_SOURCE = e.src;
+    st->MPI_TAG = e.tag;
+    st->MPI_ERROR = MPI_SUCCESS;
+    PMPI_Status_set_elements_x(st, MPI_BYTE, e.count);
+    PMPI_Status_set_cancelled(st, 0);
+}
 
 void release(int wrank, uint32_t id)
 {
@@ -93,6 +146,7 @@ void env_init()
     }
     PMPI_Bcast(nonce, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     PMPI_Comm_dup(MPI_COMM_WORLD, &rel_comm);
+    PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
     NM_INFO(INIT, "point-to-point envelopes on (test mode: host messages of %zu bytes and more)",
             (size_t)nm_cfg.P2P_ENVELOPE_MIN);
 }
@@ -153,8 +207,42 @@ int env_send(nm_op_t *o, int *rc)
     return 1;
 }
 
+// Pulls e's payload into a receive buffer (the contiguous span of cap bytes at `span`, or through
+// buf/count/type when not contiguous), releases it, and sets *n to the bytes delivered. Returns an
+// MPI code (MPI_ERR_TRUNCATE when the payload does not fit).
+static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguous, void *buf, int count,
+                        MPI_Datatype type, MPI_Comm comm, size_t *n)
+{
+    *n = std::min<size_t>(e.bytes, cap);
+    bool ok;
+    if (contiguous) {
+        ok = pull(span, e.pid, e.addr, *n);
+    } else {
+        std::vector<char> tmp(*n);
+        ok = pull(tmp.data(), e.pid, e.addr, *n);
+        int pos = 0;
+        const DtypeInfo *di = dtype_info(type);
+        const int elems = di && di->size ? (int)(*n / di->size) : 0;
+        if (ok) ok = PMPI_Unpack(tmp.data(), (int)*n, &pos, buf, std::min(elems, count), type, comm) == MPI_SUCCESS;
+    }
+    release(e.wrank, e.id);
+    if (!ok) {
+        NM_ERROR(CALL, "cannot read a point-to-point payload of %llu bytes from process %d", (unsigned long long)e.bytes, e.pid);
+        return MPI_ERR_OTHER;
+    }
+    return e.bytes > cap ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
+}
+
 static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, MPI_Status *st)
 {
+    if (d && d->has_preset) {  // delivered from the probe queue when the call was made
+        st->MPI_SOURCE = d->preset.MPI_SOURCE;
+        st->MPI_TAG = d->preset.MPI_TAG;
+        MPI_Count c = 0;
+        PMPI_Get_elements_x(&d->preset, MPI_BYTE, &c);
+        PMPI_Status_set_elements_x(st, MPI_BYTE, c);
+        return d->preset_rc;
+    }
     MPI_Count got = MPI_UNDEFINED;
     int cancelled = 0;
     PMPI_Test_cancelled(st, &cancelled);
@@ -170,26 +258,43 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
     }
     Envelope e;
     if (!decode(wire, &e)) return MPI_SUCCESS;  // a message of that size, not an envelope
-    const size_t n = std::min<size_t>(e.bytes, cap);
-    bool ok;
-    if (contiguous) {
-        ok = pull(span, e.pid, e.addr, n);
-    } else {
-        std::vector<char> tmp(n);
-        ok = pull(tmp.data(), e.pid, e.addr, n);
-        int pos = 0;
-        const DtypeInfo *di = dtype_info(d->type);
-        const int elems = di && di->size ? (int)(n / di->size) : 0;
-        if (ok) ok = PMPI_Unpack(tmp.data(), (int)n, &pos, d->buf, elems, d->type, d->comm) == MPI_SUCCESS;
+    size_t n = 0;
+    int rc = pull_payload(e, span, cap, contiguous, d ? d->buf : nullptr, d ? d->count : 0,
+                          d ? d->type : MPI_DATATYPE_NULL, d ? d->comm : MPI_COMM_WORLD, &n);
+    if (rc == MPI_SUCCESS || rc == MPI_ERR_TRUNCATE) PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)n);
+    return rc;
+}
+
+// A queued message into a receive buffer; *st its status. Returns an MPI code.
+static int deliver(Entry &e, void *buf, int count, MPI_Datatype type, MPI_Comm comm, MPI_Status *st)
+{
+    if (e.kind == Entry::HANDLE) return PMPI_Mrecv(buf, count, type, &e.msg, st);
+    const DtypeInfo *di = dtype_info(type);
+    if (!di || count < 0) return MPI_ERR_TYPE;
+    MPI_Aint lo = 0, hi = 0;
+    dtype_span(di, 0, count, &lo, &hi);
+    const size_t cap = (size_t)count * di->size;
+    int rc = MPI_SUCCESS;
+    size_t n = 0;
+    if (e.kind == Entry::ENV) {
+        rc = pull_payload(e.env, (char *)buf + lo, cap, di->contig, buf, count, type, comm, &n);
+    } else {  // the raw bytes, as the real MPI would have placed them
+        n = std::min<size_t>(NM_ENV_WIRE, cap);
+        if (di->contig) {
+            memcpy((char *)buf + lo, e.bytes, n);
+        } else {
+            int pos = 0;
+            PMPI_Unpack(e.bytes, (int)n, &pos, buf, di->size ? (int)(n / di->size) : 0, type, comm);
+        }
+        rc = NM_ENV_WIRE > cap ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
     }
-    release(e.wrank, e.id);
-    if (!ok) {
-        NM_ERROR(CALL, "cannot read a point-to-point payload of %llu bytes from process %d", (unsigned long long)e.bytes, e.pid);
-        return MPI_ERR_OTHER;
+    if (st && st != MPI_STATUS_IGNORE) {
+        Entry shown = e;
+        shown.count = (MPI_Count)n;
+        fill_status(st, shown);
+        st->MPI_ERROR = rc;
     }
-    PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)n);
-    if (e.bytes > cap) return MPI_ERR_TRUNCATE;
-    return MPI_SUCCESS;
+    return rc;
 }
 
 int env_finish(const Decode &d, MPI_Status *st)
@@ -259,10 +364,189 @@ void env_drain()
     }
 }
 
+// ---- probes ---------------------------------------------------------------------------------
+// A probe that meets a message of the envelope's size must read it to report its size. Taking it
+// alone out of matching would let it overtake older messages of its source with other tags (a
+// later receive by MPI_ANY_TAG must get those first), so the messages of that source are taken
+// out in their order, up to it: raw ones stay unreceived (their handles), envelopes are read.
+static void queue_push(MPI_Comm comm, const Entry &e)
+{
+    std::lock_guard<std::mutex> g(qmu);
+    queues[comm].push_back(e);
+    queued.fetch_add(1, std::memory_order_release);
+}
+
+static void drain(MPI_Comm comm, int src, int tag)
+{
+    for (;;) {
+        int f = 0;
+        MPI_Message m = MPI_MESSAGE_NULL;
+        MPI_Status st;
+        if (PMPI_Improbe(src, MPI_ANY_TAG, comm, &f, &m, &st) != MPI_SUCCESS || !f) return;
+        Entry e{};
+        e.src = st.MPI_SOURCE;
+        e.tag = st.MPI_TAG;
+        PMPI_Get_elements_x(&st, MPI_BYTE, &e.count);
+        if (e.count == NM_ENV_WIRE) {
+            PMPI_Mrecv(e.bytes, NM_ENV_WIRE, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+            if (decode(e.bytes, &e.env)) {
+                e.kind = Entry::ENV;
+                e.count = (MPI_Count)e.env.bytes;
+            } else {
+                e.kind = Entry::BYTES;
+            }
+        } else {
+            e.kind = Entry::HANDLE;
+            e.msg = m;
+        }
+        queue_push(comm, e);
+        if (e.tag == tag) return;  // the probed message (the first of its source with that tag)
+    }
+}
+
+// A real message handle standing for a queued message (a zero-byte message to ourselves on a
+// private duplicate of MPI_COMM_SELF, matched): MPI_Mrecv of it delivers the queued one.
+static MPI_Message fabricate(const Entry &e)
+{
+    static int seq = 0;
+    const int tag = seq++ & 0x7fff;
+    PMPI_Send(nullptr, 0, MPI_BYTE, 0, tag, self_comm);
+    MPI_Message m = MPI_MESSAGE_NULL;
+    PMPI_Mprobe(0, tag, self_comm, &m, MPI_STATUS_IGNORE);
+    std::lock_guard<std::mutex> g(qmu);
+    fabricated[m] = e;
+    return m;
+}
+
+static int probe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MPI_Status *status, bool blocking)
+{
+    MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
+    for (unsigned spin = 0;; spin++) {
+        Entry e;
+        if (queue_find(comm, src, tag, msg != nullptr, &e)) {
+            fill_status(st, e);
+            if (msg) *msg = e.kind == Entry::HANDLE ? e.msg : fabricate(e);
+            if (flag) *flag = 1;
+            return MPI_SUCCESS;
+        }
+        int f = 0;
+        MPI_Status ps;
+        int rc = PMPI_Iprobe(src, tag, comm, &f, &ps);
+        if (rc != MPI_SUCCESS) return rc;
+        if (f) {
+            MPI_Count c = 0;
+            PMPI_Get_elements_x(&ps, MPI_BYTE, &c);
+            if (c != NM_ENV_WIRE || ps.MPI_SOURCE == MPI_PROC_NULL) {  // not an envelope
+                if (flag) *flag = 1;
+                if (msg) return PMPI_Mprobe(ps.MPI_SOURCE, ps.MPI_TAG, comm, msg, st);
+                *st = ps;
+                return MPI_SUCCESS;
+            }
+            drain(comm, ps.MPI_SOURCE, ps.MPI_TAG);
+            continue;  // in the queue now
+        }
+        if (!blocking) {
+            if (flag) *flag = 0;
+            if (msg) *msg = MPI_MESSAGE_NULL;
+            return MPI_SUCCESS;
+        }
+        env_progress();
+        if ((spin & 255) == 255) sched_yield();
+    }
+}
+
+int env_recv_queued(nm_op_t *o, int *rc)
+{
+    Entry e;
+    if (o->kind == NM_OPK_MRECV) {
+        if (!o->msg || *o->msg == MPI_MESSAGE_NULL || *o->msg == MPI_MESSAGE_NO_PROC) return 0;
+        {
+            std::lock_guard<std::mutex> g(qmu);
+            auto it = fabricated.find(*o->msg);
+            if (it == fabricated.end()) return 0;
+            e = it->second;
+            fabricated.erase(it);
+        }
+        PMPI_Mrecv(nullptr, 0, MPI_BYTE, o->msg, MPI_STATUS_IGNORE);  // the stand-in
+    } else {
+        if (queued.load(std::memory_order_acquire) == 0 || !env_comm(o->comm)) return 0;
+        if (!queue_find(o->comm, o->rpeer, o->rtag, true, &e)) return 0;
+    }
+    const MPI_Comm comm = o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD;
+    const bool nb = (o->flags & NM_OPF_NB) != 0;
+    if (nb && e.kind == Entry::HANDLE) {  // the real MPI's own request
+        *rc = PMPI_Imrecv(o->rbuf, o->rcount, o->rtype, &e.msg, o->req);
+        return 1;
+    }
+    // the send of MPI_Sendrecv(_replace) goes first (nonblocking), from a copy for _replace
+    MPI_Request sr = MPI_REQUEST_NULL;
+    std::vector<char> packed;
+    if (o->kind == NM_OPK_SENDRECV && o->peer != MPI_PROC_NULL)
+        PMPI_Isend(o->sbuf, o->scount, o->stype, o->peer, o->tag, o->comm, &sr);
+    if (o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL) {
+        int size = 0, pos = 0;
+        PMPI_Pack_size(o->scount, o->stype, o->comm, &size);
+        packed.resize((size_t)size + 1);
+        PMPI_Pack(o->rbuf, o->scount, o->stype, packed.data(), size, &pos, o->comm);
+        PMPI_Isend(packed.data(), pos, MPI_PACKED, o->peer, o->tag, o->comm, &sr);
+    }
+    MPI_Status st;
+    int r = deliver(e, o->rbuf, o->rcount, o->rtype, comm, &st);
+    if (sr != MPI_REQUEST_NULL) {
+        int s2 = PMPI_Wait(&sr, MPI_STATUS_IGNORE);
+        if (r == MPI_SUCCESS) r = s2;
+    }
+    if (nb) {  // a request that completes at once with this status
+        Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, comm, {}};
+        d->has_preset = true;
+        d->preset = st;
+        d->preset_rc = r;
+        o->stage = reinterpret_cast<struct nm_stage *>(d);
+        o->flags |= NM_OPF_DECODE;
+        *rc = PMPI_Irecv(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, o->req);
+        *rc = nm_leave_slow(o, *rc);
+        return 1;
+    }
+    if (o->status && o->status != MPI_STATUS_IGNORE) *o->status = st;
+    if (r != MPI_SUCCESS && o->comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(o->comm, r);
+    *rc = r;
+    return 1;
+}
+
 }  // namespace ncclmpi
+
+using namespace ncclmpi;
+
+static int probe_hook(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MPI_Status *st, bool blocking, int *rc)
+{
+    if (!env_on() || !env_comm(comm)) return 0;
+    *rc = probe(src, tag, comm, flag, msg, st, blocking);
+    return 1;
+}
+
+extern "C" int nm_probe_probe(int source, int tag, MPI_Comm comm, MPI_Status *status, int *rc)
+{
+    return probe_hook(source, tag, comm, nullptr, nullptr, status, true, rc);
+}
+
+extern "C" int nm_probe_iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status, int *rc)
+{
+    return probe_hook(source, tag, comm, flag, nullptr, status, false, rc);
+}
+
+extern "C" int nm_probe_mprobe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status, int *rc)
+{
+    return probe_hook(source, tag, comm, nullptr, message, status, true, rc);
+}
+
+extern "C" int nm_probe_improbe(int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, MPI_Status *status,
+                                int *rc)
+{
+    return probe_hook(source, tag, comm, flag, message, status, false, rc);
+}
 
 // how many messages went as envelopes (tests look it up with dlsym)
 extern "C" __attribute__((visibility("default"))) unsigned long long ncclmpi_test_envelopes_sent(void)
 {
-    return ncclmpi::sent_count;
+    return sent_count;
 }

@@ -12,8 +12,11 @@
 // NM_ENV_WIRE bytes (an odd size, which typed messages never have) starting with a 128-bit nonce
 // drawn at MPI_Init and known only to this job's ranks. The receiver then pulls the payload into
 // its buffer, sets the status's count to the payload's size, and tells the sender to free it.
-// Not yet decoded: MPI_Probe and its variants (they would report the envelope's size), persistent
-// receives, non-contiguous device receive buffers.
+// A probe that meets a message of the envelope's size takes the messages of its source out of the
+// real MPI's matching, in their order, up to that one (the probe queue), so that it can report the
+// payload's size; every receive consults that queue first, and a matched-probe's message comes
+// back as a handle ncclmpi made. Not yet decoded: persistent receives, non-contiguous device
+// receive buffers.
 #ifndef NM_CORE_P2P_ENVELOPE_H
 #define NM_CORE_P2P_ENVELOPE_H
 #include <mpi.h>
@@ -54,6 +57,9 @@ struct Decode {
     MPI_Datatype type;
     MPI_Comm comm;
     MPI_Status status;  // the receive's, where the caller passed MPI_STATUS_IGNORE
+    bool has_preset = false;  // delivered from the probe queue at the call: the status to report
+    MPI_Status preset;
+    int preset_rc = MPI_SUCCESS;
 };
 // The message that landed in d's buffer with status *st: when it is an envelope, its payload is
 // pulled into the buffer and *st counts the payload. Returns an MPI code (MPI_ERR_TRUNCATE when
@@ -62,6 +68,11 @@ int env_finish(const Decode &d, MPI_Status *st);
 // The same for bytes that landed contiguously at `at` (a staged receive's host shadow of `cap`
 // bytes).
 int env_finish_bytes(void *at, size_t cap, MPI_Status *st);
+
+// A receive that a message taken out of matching by a probe satisfies (the probe queue, or a
+// message handle ncclmpi made for MPI_Mprobe): delivered now, 1 with *rc (a nonblocking call gets
+// a request that completes at once). 0: the real MPI receives.
+int env_recv_queued(nm_op_t *o, int *rc);
 
 // Releases received and sent; payloads released by their receivers are freed.
 void env_progress();

@@ -1,0 +1,146 @@
+/* p2p_envelope: the cases of point-to-point envelopes (NCCLMPI_P2P_ENVELOPE=host) that random
+ * traffic rarely meets, between rank 0 and rank 1 (others idle):
+ *   - a raw message of exactly the envelope's size (61 bytes): delivered as sent, probed and not;
+ *   - order: an older message of another tag, then an envelope; the receiver probes the envelope's
+ *     tag first, then receives by MPI_ANY_TAG: it must get the older message first;
+ *   - MPI_Mprobe/MPI_Mrecv and MPI_Improbe/MPI_Imrecv of envelopes and of raw messages behind them;
+ *   - truncation of an envelope's payload (MPI_ERR_TRUNCATE, MPI_ERRORS_RETURN);
+ *   - a non-contiguous receive datatype getting an envelope.
+ * Every message's bytes and status are checked. Runs without envelopes too (plain MPI semantics).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, failures;
+#define CHECK(c, ...)                                                        \
+    do {                                                                     \
+        if (!(c)) {                                                          \
+            fprintf(stderr, "[rank %d] FAIL line %d: ", rank, __LINE__);     \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+enum { BIG = 5000 }; /* ints: 20000 bytes, sent as an envelope with NCCLMPI_P2P_ENVELOPE_MIN <= 20000 */
+
+static void fill(int *p, int n, int salt)
+{
+    for (int i = 0; i < n; i++) p[i] = salt * 100000 + i;
+}
+
+static int check_ints(const int *p, int n, int salt)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] != salt * 100000 + i) return i;
+    return -1;
+}
+
+static int count_of(MPI_Status *st, MPI_Datatype t)
+{
+    int c = -1;
+    MPI_Get_count(st, t, &c);
+    return c;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    int *a = malloc(BIG * sizeof(int)), *b = malloc((BIG + 16) * sizeof(int));
+    unsigned char raw[61], got[64];
+    for (int i = 0; i < 61; i++) raw[i] = (unsigned char)(i * 7 + 3);
+    MPI_Status st;
+    if (size >= 2 && rank == 0) {
+        /* 1. raw 61-byte messages, then an older-message/envelope pair, then Mprobe cases */
+        MPI_Send(raw, 61, MPI_BYTE, 1, 1, c);
+        MPI_Send(raw, 61, MPI_BYTE, 1, 2, c);
+        fill(a, BIG, 3);
+        MPI_Send(a, 100, MPI_INT, 1, 3, c);   /* older, tag 3 */
+        MPI_Send(a, BIG, MPI_INT, 1, 4, c);   /* envelope, tag 4 */
+        fill(a, BIG, 5);
+        MPI_Send(a, BIG, MPI_INT, 1, 5, c);   /* envelope for Mprobe */
+        MPI_Send(raw, 61, MPI_BYTE, 1, 6, c); /* raw 61 behind it */
+        fill(a, BIG, 7);
+        MPI_Send(a, BIG, MPI_INT, 1, 7, c);   /* for Improbe/Imrecv */
+        MPI_Send(a, BIG, MPI_INT, 1, 8, c);   /* truncated at the receiver */
+        fill(a, BIG, 9);
+        MPI_Send(a, BIG, MPI_INT, 1, 9, c);   /* into a vector type */
+    } else if (size >= 2 && rank == 1) {
+        /* 1a. Probe of a raw 61-byte message: size 61, then its bytes */
+        MPI_Probe(0, 1, c, &st);
+        CHECK(count_of(&st, MPI_BYTE) == 61 && st.MPI_TAG == 1, "Probe raw 61: count %d tag %d", count_of(&st, MPI_BYTE), st.MPI_TAG);
+        memset(got, 0, sizeof(got));
+        MPI_Recv(got, 64, MPI_BYTE, 0, 1, c, &st);
+        CHECK(!memcmp(got, raw, 61) && count_of(&st, MPI_BYTE) == 61, "raw 61 after Probe: bytes or count %d", count_of(&st, MPI_BYTE));
+        /* 1b. without a probe */
+        memset(got, 0, sizeof(got));
+        MPI_Recv(got, 64, MPI_BYTE, 0, 2, c, &st);
+        CHECK(!memcmp(got, raw, 61) && count_of(&st, MPI_BYTE) == 61, "raw 61: bytes or count %d", count_of(&st, MPI_BYTE));
+        /* 2. probe the envelope's tag first; MPI_ANY_TAG must then get the older tag-3 message */
+        MPI_Probe(0, 4, c, &st);
+        CHECK(count_of(&st, MPI_INT) == BIG, "Probe of an envelope: count %d", count_of(&st, MPI_INT));
+        MPI_Recv(b, BIG, MPI_INT, 0, MPI_ANY_TAG, c, &st);
+        CHECK(st.MPI_TAG == 3 && count_of(&st, MPI_INT) == 100 && check_ints(b, 100, 3) < 0,
+              "ANY_TAG after a probe of a newer envelope: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        MPI_Recv(b, BIG, MPI_INT, 0, MPI_ANY_TAG, c, &st);
+        CHECK(st.MPI_TAG == 4 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 3) < 0, "the envelope: tag %d count %d",
+              st.MPI_TAG, count_of(&st, MPI_INT));
+        /* 3. Mprobe + Mrecv of an envelope, then of the raw 61 bytes behind it */
+        MPI_Message m;
+        MPI_Mprobe(0, MPI_ANY_TAG, c, &m, &st);
+        CHECK(st.MPI_TAG == 5 && count_of(&st, MPI_INT) == BIG, "Mprobe envelope: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        memset(b, 0, BIG * sizeof(int));
+        MPI_Mrecv(b, BIG, MPI_INT, &m, &st);
+        CHECK(m == MPI_MESSAGE_NULL && check_ints(b, BIG, 5) < 0 && count_of(&st, MPI_INT) == BIG, "Mrecv envelope: count %d",
+              count_of(&st, MPI_INT));
+        MPI_Mprobe(0, 6, c, &m, &st);
+        CHECK(count_of(&st, MPI_BYTE) == 61, "Mprobe raw 61: count %d", count_of(&st, MPI_BYTE));
+        memset(got, 0, sizeof(got));
+        MPI_Mrecv(got, 64, MPI_BYTE, &m, &st);
+        CHECK(!memcmp(got, raw, 61) && count_of(&st, MPI_BYTE) == 61, "Mrecv raw 61: count %d", count_of(&st, MPI_BYTE));
+        /* 4. Improbe + Imrecv */
+        int flag = 0;
+        while (!flag) MPI_Improbe(0, 7, c, &flag, &m, &st);
+        CHECK(count_of(&st, MPI_INT) == BIG, "Improbe: count %d", count_of(&st, MPI_INT));
+        MPI_Request q;
+        memset(b, 0, BIG * sizeof(int));
+        MPI_Imrecv(b, BIG, MPI_INT, &m, &q);
+        MPI_Wait(&q, &st);
+        CHECK(check_ints(b, BIG, 7) < 0 && count_of(&st, MPI_INT) == BIG && st.MPI_TAG == 7, "Imrecv: count %d tag %d",
+              count_of(&st, MPI_INT), st.MPI_TAG);
+        /* 5. truncation: 20000 bytes into 4000 */
+        int rc = MPI_Recv(b, 1000, MPI_INT, 0, 8, c, &st);
+        int cls = 0;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_TRUNCATE, "truncated envelope: class %d", cls);
+        /* 6. into a vector type: every other int */
+        MPI_Datatype vec;
+        MPI_Type_vector(BIG, 1, 2, MPI_INT, &vec);
+        MPI_Type_commit(&vec);
+        int *w = malloc(2 * BIG * sizeof(int));
+        for (int i = 0; i < 2 * BIG; i++) w[i] = -1;
+        MPI_Recv(w, 1, vec, 0, 9, c, &st);
+        int bad = -1;
+        for (int i = 0; i < BIG && bad < 0; i++)
+            if (w[2 * i] != 9 * 100000 + i || (i + 1 < BIG && w[2 * i + 1] != -1)) bad = i;
+        CHECK(bad < 0, "vector receive of an envelope: element %d", bad);
+        MPI_Type_free(&vec);
+        free(w);
+    }
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("p2p_envelope: %d failure(s)\n", total);
+    free(a);
+    free(b);
+    MPI_Comm_free(&c);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
