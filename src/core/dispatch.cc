@@ -425,6 +425,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
         *rc = run_nccl(o, x, cs, b, nb, c, d.act, d.route == NCCLMPI_ROUTE_ONESHOT);
         return 1;
     case NCCLMPI_ROUTE_STAGED: {
+        // NCCLMPI_P2P_ENVELOPE=device: a large contiguous device send goes as an envelope
+        if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&
+            env_send_device(o, b[0].first(), (size_t)(b[0].hi - b[0].lo), c.device, rc))
+            return 1;
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
             nm_status_t st = stage_pipelined(x, c.device, rc);

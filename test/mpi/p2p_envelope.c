@@ -1,6 +1,6 @@
 /* p2p_envelope: the cases of point-to-point envelopes (NCCLMPI_P2P_ENVELOPE=host) that random
  * traffic rarely meets, between rank 0 and rank 1 (others idle):
- *   - a raw message of exactly the envelope's size (61 bytes): delivered as sent, probed and not;
+ *   - a raw message of exactly the envelope's size (WIRE bytes): delivered as sent, probed and not;
  *   - order: an older message of another tag, then an envelope; the receiver probes the envelope's
  *     tag first, then receives by MPI_ANY_TAG: it must get the older message first;
  *   - MPI_Mprobe/MPI_Mrecv and MPI_Improbe/MPI_Imrecv of envelopes and of raw messages behind them;
@@ -24,7 +24,7 @@ static int rank, failures;
         }                                                                    \
     } while (0)
 
-enum { BIG = 5000 }; /* ints: 20000 bytes, sent as an envelope with NCCLMPI_P2P_ENVELOPE_MIN <= 20000 */
+enum { BIG = 5000, WIRE = 125 }; /* WIRE: an envelope's size on the wire */ /* ints: 20000 bytes, sent as an envelope with NCCLMPI_P2P_ENVELOPE_MIN <= 20000 */
 
 static void fill(int *p, int n, int salt)
 {
@@ -55,35 +55,35 @@ int main(int argc, char **argv)
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     int *a = malloc(BIG * sizeof(int)), *b = malloc((BIG + 16) * sizeof(int));
-    unsigned char raw[61], got[64];
-    for (int i = 0; i < 61; i++) raw[i] = (unsigned char)(i * 7 + 3);
+    unsigned char raw[WIRE], got[WIRE + 3];
+    for (int i = 0; i < WIRE; i++) raw[i] = (unsigned char)(i * 7 + 3);
     MPI_Status st;
     if (size >= 2 && rank == 0) {
-        /* 1. raw 61-byte messages, then an older-message/envelope pair, then Mprobe cases */
-        MPI_Send(raw, 61, MPI_BYTE, 1, 1, c);
-        MPI_Send(raw, 61, MPI_BYTE, 1, 2, c);
+        /* 1. raw messages of the envelope's size, then an older-message/envelope pair, then Mprobe cases */
+        MPI_Send(raw, WIRE, MPI_BYTE, 1, 1, c);
+        MPI_Send(raw, WIRE, MPI_BYTE, 1, 2, c);
         fill(a, BIG, 3);
         MPI_Send(a, 100, MPI_INT, 1, 3, c);   /* older, tag 3 */
         MPI_Send(a, BIG, MPI_INT, 1, 4, c);   /* envelope, tag 4 */
         fill(a, BIG, 5);
         MPI_Send(a, BIG, MPI_INT, 1, 5, c);   /* envelope for Mprobe */
-        MPI_Send(raw, 61, MPI_BYTE, 1, 6, c); /* raw 61 behind it */
+        MPI_Send(raw, WIRE, MPI_BYTE, 1, 6, c); /* a raw message of the envelope's size behind it */
         fill(a, BIG, 7);
         MPI_Send(a, BIG, MPI_INT, 1, 7, c);   /* for Improbe/Imrecv */
         MPI_Send(a, BIG, MPI_INT, 1, 8, c);   /* truncated at the receiver */
         fill(a, BIG, 9);
         MPI_Send(a, BIG, MPI_INT, 1, 9, c);   /* into a vector type */
     } else if (size >= 2 && rank == 1) {
-        /* 1a. Probe of a raw 61-byte message: size 61, then its bytes */
+        /* 1a. Probe of a raw message of the envelope's size: its size, then its bytes */
         MPI_Probe(0, 1, c, &st);
-        CHECK(count_of(&st, MPI_BYTE) == 61 && st.MPI_TAG == 1, "Probe raw 61: count %d tag %d", count_of(&st, MPI_BYTE), st.MPI_TAG);
+        CHECK(count_of(&st, MPI_BYTE) == WIRE && st.MPI_TAG == 1, "Probe raw WIRE: count %d tag %d", count_of(&st, MPI_BYTE), st.MPI_TAG);
         memset(got, 0, sizeof(got));
-        MPI_Recv(got, 64, MPI_BYTE, 0, 1, c, &st);
-        CHECK(!memcmp(got, raw, 61) && count_of(&st, MPI_BYTE) == 61, "raw 61 after Probe: bytes or count %d", count_of(&st, MPI_BYTE));
+        MPI_Recv(got, WIRE + 3, MPI_BYTE, 0, 1, c, &st);
+        CHECK(!memcmp(got, raw, WIRE) && count_of(&st, MPI_BYTE) == WIRE, "raw WIRE after Probe: bytes or count %d", count_of(&st, MPI_BYTE));
         /* 1b. without a probe */
         memset(got, 0, sizeof(got));
-        MPI_Recv(got, 64, MPI_BYTE, 0, 2, c, &st);
-        CHECK(!memcmp(got, raw, 61) && count_of(&st, MPI_BYTE) == 61, "raw 61: bytes or count %d", count_of(&st, MPI_BYTE));
+        MPI_Recv(got, WIRE + 3, MPI_BYTE, 0, 2, c, &st);
+        CHECK(!memcmp(got, raw, WIRE) && count_of(&st, MPI_BYTE) == WIRE, "raw WIRE: bytes or count %d", count_of(&st, MPI_BYTE));
         /* 2. probe the envelope's tag first; MPI_ANY_TAG must then get the older tag-3 message */
         MPI_Probe(0, 4, c, &st);
         CHECK(count_of(&st, MPI_INT) == BIG, "Probe of an envelope: count %d", count_of(&st, MPI_INT));
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
         MPI_Recv(b, BIG, MPI_INT, 0, MPI_ANY_TAG, c, &st);
         CHECK(st.MPI_TAG == 4 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 3) < 0, "the envelope: tag %d count %d",
               st.MPI_TAG, count_of(&st, MPI_INT));
-        /* 3. Mprobe + Mrecv of an envelope, then of the raw 61 bytes behind it */
+        /* 3. Mprobe + Mrecv of an envelope, then of the raw message behind it */
         MPI_Message m;
         MPI_Mprobe(0, MPI_ANY_TAG, c, &m, &st);
         CHECK(st.MPI_TAG == 5 && count_of(&st, MPI_INT) == BIG, "Mprobe envelope: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
@@ -102,10 +102,10 @@ int main(int argc, char **argv)
         CHECK(m == MPI_MESSAGE_NULL && check_ints(b, BIG, 5) < 0 && count_of(&st, MPI_INT) == BIG, "Mrecv envelope: count %d",
               count_of(&st, MPI_INT));
         MPI_Mprobe(0, 6, c, &m, &st);
-        CHECK(count_of(&st, MPI_BYTE) == 61, "Mprobe raw 61: count %d", count_of(&st, MPI_BYTE));
+        CHECK(count_of(&st, MPI_BYTE) == WIRE, "Mprobe raw WIRE: count %d", count_of(&st, MPI_BYTE));
         memset(got, 0, sizeof(got));
-        MPI_Mrecv(got, 64, MPI_BYTE, &m, &st);
-        CHECK(!memcmp(got, raw, 61) && count_of(&st, MPI_BYTE) == 61, "Mrecv raw 61: count %d", count_of(&st, MPI_BYTE));
+        MPI_Mrecv(got, WIRE + 3, MPI_BYTE, &m, &st);
+        CHECK(!memcmp(got, raw, WIRE) && count_of(&st, MPI_BYTE) == WIRE, "Mrecv raw WIRE: count %d", count_of(&st, MPI_BYTE));
         /* 4. Improbe + Imrecv */
         int flag = 0;
         while (!flag) MPI_Improbe(0, 7, c, &flag, &m, &st);

@@ -10,12 +10,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <string>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/comm/process_group.h"
+#include "core/cuda/cuda_api.h"
 #include "core/dtype/dtype.h"
+#include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -25,15 +30,108 @@ namespace ncclmpi {
 namespace {
 
 bool on = false;
+bool device_mode = false;  // device sends go as envelopes (else host ones: the test mode)
 uint64_t nonce[2];
 int my_wrank = 0;
 MPI_Comm rel_comm = MPI_COMM_NULL;  // releases travel here (a duplicate of MPI_COMM_WORLD)
 enum { TAG_RELEASE = 1 };
 
 struct Held {
-    char *payload;
+    char *payload;  // host payload (NM_ENV_HOST)
     char *wire;
+    int pool = -1;  // NM_ENV_IPC: the device pool (ordinal) and the block in it
+    size_t off = 0, len = 0;
 };
+
+// A device pool per GPU of this process: cuMemAlloc'ed (so it can be exported), blocks handed out
+// first-fit and returned when their receivers release them.
+struct Pool {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUipcMemHandle handle;
+    std::map<size_t, size_t> free_;  // offset -> length
+    bool failed = false;
+};
+std::mutex pool_mu;
+Pool pools[64];
+
+long pool_alloc(int dev, size_t bytes)
+{
+    const size_t len = (bytes + 255) / 256 * 256;
+    std::lock_guard<std::mutex> g(pool_mu);
+    Pool &p = pools[dev];
+    if (p.failed) return -1;
+    if (!p.base) {
+        Device *d = device_get(dev);
+        if (!d) {
+            p.failed = true;
+            return -1;
+        }
+        DeviceGuard dg(d->ctx);
+        p.size = (size_t)nm_cfg.P2P_POOL;
+        if (cu.cuMemAlloc(&p.base, p.size) != CUDA_SUCCESS || cu.cuIpcGetMemHandle(&p.handle, p.base) != CUDA_SUCCESS) {
+            NM_WARN(CALL, "no device pool for point-to-point envelopes on device %d: device sends stay staged", dev);
+            p.failed = true;
+            if (p.base) cu.cuMemFree(p.base);
+            p.base = 0;
+            return -1;
+        }
+        p.free_[0] = p.size;
+    }
+    for (auto it = p.free_.begin(); it != p.free_.end(); ++it)
+        if (it->second >= len) {
+            const size_t off = it->first, rest = it->second - len;
+            p.free_.erase(it);
+            if (rest) p.free_[off + len] = rest;
+            return (long)off;
+        }
+    return -1;  // full: the caller stages this send
+}
+
+void pool_free(int dev, size_t off, size_t bytes)
+{
+    const size_t len = (bytes + 255) / 256 * 256;
+    std::lock_guard<std::mutex> g(pool_mu);
+    auto &f = pools[dev].free_;
+    auto it = f.emplace(off, len).first;
+    auto next = std::next(it);
+    if (next != f.end() && it->first + it->second == next->first) {
+        it->second += next->second;
+        f.erase(next);
+    }
+    if (it != f.begin()) {
+        auto prev = std::prev(it);
+        if (prev->first + prev->second == it->first) {
+            prev->second += it->second;
+            f.erase(it);
+        }
+    }
+}
+
+// Peers' pools mapped into this process (by process and handle)
+std::mutex map_mu;
+std::map<std::string, CUdeviceptr> mapped;
+
+CUdeviceptr peer_pool(const Envelope &e)
+{
+    std::string key = std::to_string(e.pid) + ":" + std::string(e.ipc, sizeof(e.ipc));
+    std::lock_guard<std::mutex> g(map_mu);
+    auto it = mapped.find(key);
+    if (it != mapped.end()) return it->second;
+    CUcontext ctx = nullptr;
+    cu.cuCtxGetCurrent(&ctx);
+    if (!ctx) {  // a receiving thread with no context: the first GPU's primary one
+        CUdevice d0;
+        if (cu.cuDeviceGet(&d0, 0) != CUDA_SUCCESS || cu.cuDevicePrimaryCtxRetain(&ctx, d0) != CUDA_SUCCESS) return 0;
+        cu.cuCtxSetCurrent(ctx);
+    }
+    CUipcMemHandle h;
+    memcpy(&h, e.ipc, sizeof(h));
+    CUdeviceptr p = 0;
+    if (cu.cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) return 0;
+    mapped[key] = p;
+    return p;
+}
 std::mutex mu;
 std::unordered_map<uint32_t, Held> held;  // payloads waiting for their receivers
 uint32_t next_id = 1;
@@ -53,7 +151,7 @@ struct Entry {
     MPI_Count count;    // the message's size as the status reports it
     MPI_Message msg;    // HANDLE
     Envelope env;       // ENV
-    char bytes[64];     // BYTES
+    char bytes[NM_ENV_WIRE + 3];  // BYTES
 };
 std::mutex qmu;
 std::unordered_map<MPI_Comm, std::vector<Entry>> queues;
@@ -104,9 +202,24 @@ void release(int wrank, uint32_t id)
     releases.push_back(r);
 }
 
-// Pull n bytes from (pid, addr) into dst. false when the kernel refuses (another node, ptrace
-// restrictions).
-bool pull(void *dst, int pid, uint64_t addr, size_t n)
+// Pull n bytes of e's payload into dst (host or device memory). false when it cannot (another
+// node, ptrace restrictions, no peer access).
+bool pull_host(void *dst, int pid, uint64_t addr, size_t n);
+bool pull(void *dst, const Envelope &e, size_t n)
+{
+    if (e.transport == NM_ENV_HOST) return pull_host(dst, e.pid, e.addr, n);
+    if (!n) return true;
+    if (e.pid == getpid()) {  // our own pool
+        for (auto &p : pools)
+            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle)))
+                return cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, p.base + e.addr, n) == CUDA_SUCCESS;
+        return false;
+    }
+    CUdeviceptr base = peer_pool(e);
+    return base && cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, base + e.addr, n) == CUDA_SUCCESS;
+}
+
+bool pull_host(void *dst, int pid, uint64_t addr, size_t n)
 {
     if (pid == getpid()) {
         memcpy(dst, (const void *)(uintptr_t)addr, n);
@@ -133,9 +246,23 @@ bool decode(const char *wire, Envelope *e)
 
 void env_init()
 {
-    on = !strcmp(nm_cfg.P2P_ENVELOPE, "host");
+    on = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0;
     if (!on) return;
+    device_mode = !strcmp(nm_cfg.P2P_ENVELOPE, "device");
     PMPI_Comm_rank(MPI_COMM_WORLD, &my_wrank);
+    // every rank on one node (the pull reads another process's memory), with CUDA for device mode
+    char host[MPI_MAX_PROCESSOR_NAME] = {0};
+    int hl = 0;
+    PMPI_Get_processor_name(host, &hl);
+    unsigned long long hh = 1469598103934665603ull;
+    for (const char *c = host; *c; c++) hh = (hh ^ (unsigned char)*c) * 1099511628211ull;
+    long long mine[3] = {(long long)(hh >> 1), -(long long)(hh >> 1), device_mode && !cuda_attached() ? 1 : 0}, all[3];
+    PMPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (all[0] != mine[0] || all[1] != mine[1] || all[2]) {
+        NM_INFO(INIT, "point-to-point envelopes off: %s", all[2] ? "a rank has no CUDA driver at MPI_Init" : "ranks on several nodes");
+        on = device_mode = false;
+        return;
+    }
     if (my_wrank == 0) {
         int fd = open("/dev/urandom", O_RDONLY);
         if (fd < 0 || read(fd, nonce, sizeof(nonce)) != (ssize_t)sizeof(nonce)) {
@@ -152,6 +279,7 @@ void env_init()
 }
 
 bool env_on() { return on; }
+bool env_device() { return device_mode; }
 
 bool env_comm(MPI_Comm comm)
 {
@@ -161,13 +289,84 @@ bool env_comm(MPI_Comm comm)
     return !inter;
 }
 
+static bool send_mode(int fn)
+{
+    return fn == NM_FN_Send || fn == NM_FN_Ssend || fn == NM_FN_Rsend || fn == NM_FN_Isend || fn == NM_FN_Issend ||
+           fn == NM_FN_Irsend;  // buffered sends stay as they are (their buffer accounting is the user's)
+}
+
+static void held_free(const Held &h)
+{
+    free(h.payload);
+    free(h.wire);
+    if (h.pool >= 0) pool_free(h.pool, h.off, h.len);
+}
+
+// The envelope e through the real MPI, in the call's send mode; its payload waits in h.
+static int send_wire(nm_op_t *o, const Held &h, const Envelope &e)
+{
+    memcpy(h.wire, &e, sizeof(e));
+    int rc;
+    switch (o->fn) {
+    case NM_FN_Send: rc = PMPI_Send(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm); break;
+    case NM_FN_Ssend: rc = PMPI_Ssend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm); break;
+    case NM_FN_Rsend: rc = PMPI_Rsend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm); break;
+    case NM_FN_Isend: rc = PMPI_Isend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
+    case NM_FN_Issend: rc = PMPI_Issend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
+    default: rc = PMPI_Irsend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
+    }
+    if (rc != MPI_SUCCESS) {  // never sent: nobody will release it
+        std::lock_guard<std::mutex> g(mu);
+        held.erase(e.id);
+        held_free(h);
+    }
+    return rc;
+}
+
+int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
+{
+    if (!device_mode || (o->flags & NM_OPF_PERS) || o->peer == MPI_PROC_NULL || o->kind != NM_OPK_SEND || !send_mode(o->fn) ||
+        dev < 0 || dev >= 64 || bytes < (size_t)nm_cfg.P2P_ENVELOPE_MIN || bytes <= NM_ENV_WIRE || !env_comm(o->comm))
+        return 0;
+    env_progress();  // blocks released since
+    const long off = pool_alloc(dev, bytes);
+    if (off < 0) return 0;
+    Device *d = device_get(dev);
+    Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
+    bool ok = d && h.wire;
+    if (ok) {  // after the application's work on the legacy stream, which it synchronises with
+        DeviceGuard dg(d->ctx);
+        ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
+             cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    }
+    if (!ok) {
+        held_free(h);
+        return 0;
+    }
+    Envelope e{};
+    e.nonce[0] = nonce[0];
+    e.nonce[1] = nonce[1];
+    e.bytes = bytes;
+    e.addr = (uint64_t)off;
+    e.pid = (int32_t)getpid();
+    e.wrank = my_wrank;
+    e.transport = NM_ENV_IPC;
+    memcpy(e.ipc, &pools[dev].handle, sizeof(pools[dev].handle));
+    {
+        std::lock_guard<std::mutex> g(mu);
+        e.id = next_id++;
+        held[e.id] = h;
+        sent_count++;
+    }
+    *rc = send_wire(o, h, e);
+    return 1;
+}
+
 int env_send(nm_op_t *o, int *rc)
 {
     const int fn = o->fn;
-    if (!on || (o->flags & NM_OPF_PERS) || o->peer == MPI_PROC_NULL || o->kind != NM_OPK_SEND) return 0;
-    if (fn != NM_FN_Send && fn != NM_FN_Ssend && fn != NM_FN_Rsend && fn != NM_FN_Isend && fn != NM_FN_Issend &&
-        fn != NM_FN_Irsend)
-        return 0;  // buffered sends stay as they are (their buffer accounting is the user's)
+    if (!on || device_mode || (o->flags & NM_OPF_PERS) || o->peer == MPI_PROC_NULL || o->kind != NM_OPK_SEND) return 0;
+    if (!send_mode(fn)) return 0;
     const DtypeInfo *d = dtype_info(o->stype);
     if (!d || !d->contig || o->scount < 0 || !env_comm(o->comm)) return 0;
     MPI_Aint lo = 0, hi = 0;
@@ -175,35 +374,28 @@ int env_send(nm_op_t *o, int *rc)
     const size_t bytes = hi > lo ? (size_t)(hi - lo) : 0;
     if (bytes < (size_t)nm_cfg.P2P_ENVELOPE_MIN || bytes <= NM_ENV_WIRE) return 0;
     env_progress();  // free what was released
-    Held h{(char *)malloc(bytes), (char *)calloc(1, 64)};
+    Held h{(char *)malloc(bytes), (char *)calloc(1, NM_ENV_WIRE + 3)};
     if (!h.payload || !h.wire) {
         free(h.payload);
         free(h.wire);
         return 0;  // the real MPI sends it as it is
     }
     memcpy(h.payload, (const char *)o->sbuf + lo, bytes);
-    Envelope e{{nonce[0], nonce[1]}, bytes, (uint64_t)(uintptr_t)h.payload, (int32_t)getpid(), my_wrank, 0, 0};
+    Envelope e{};
+    e.nonce[0] = nonce[0];
+    e.nonce[1] = nonce[1];
+    e.bytes = bytes;
+    e.addr = (uint64_t)(uintptr_t)h.payload;
+    e.pid = (int32_t)getpid();
+    e.wrank = my_wrank;
+    e.transport = NM_ENV_HOST;
     {
         std::lock_guard<std::mutex> g(mu);
         e.id = next_id++;
         held[e.id] = h;
         sent_count++;
     }
-    memcpy(h.wire, &e, sizeof(e));
-    switch (fn) {
-    case NM_FN_Send: *rc = PMPI_Send(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm); break;
-    case NM_FN_Ssend: *rc = PMPI_Ssend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm); break;
-    case NM_FN_Rsend: *rc = PMPI_Rsend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm); break;
-    case NM_FN_Isend: *rc = PMPI_Isend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
-    case NM_FN_Issend: *rc = PMPI_Issend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
-    default: *rc = PMPI_Irsend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
-    }
-    if (*rc != MPI_SUCCESS) {  // never sent: nobody will release it
-        std::lock_guard<std::mutex> g(mu);
-        held.erase(e.id);
-        free(h.payload);
-        free(h.wire);
-    }
+    *rc = send_wire(o, h, e);
     return 1;
 }
 
@@ -216,10 +408,10 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
     *n = std::min<size_t>(e.bytes, cap);
     bool ok;
     if (contiguous) {
-        ok = pull(span, e.pid, e.addr, *n);
+        ok = pull(span, e, *n);
     } else {
         std::vector<char> tmp(*n);
-        ok = pull(tmp.data(), e.pid, e.addr, *n);
+        ok = pull(tmp.data(), e, *n);
         int pos = 0;
         const DtypeInfo *di = dtype_info(type);
         const int elems = di && di->size ? (int)(*n / di->size) : 0;
@@ -233,7 +425,8 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
     return e.bytes > cap ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 }
 
-static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, MPI_Status *st)
+static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, MPI_Status *st, void *dev_at = nullptr,
+                     bool *direct = nullptr)
 {
     if (d && d->has_preset) {  // delivered from the probe queue when the call was made
         st->MPI_SOURCE = d->preset.MPI_SOURCE;
@@ -247,10 +440,10 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
     int cancelled = 0;
     PMPI_Test_cancelled(st, &cancelled);
     if (cancelled || PMPI_Get_elements_x(st, MPI_BYTE, &got) != MPI_SUCCESS || got != NM_ENV_WIRE) return MPI_SUCCESS;
-    char wire[64];
+    char wire[NM_ENV_WIRE + 3];
     if (contiguous) {
         memcpy(wire, span, NM_ENV_WIRE);
-    } else {  // the 61 bytes landed through the datatype: pack them back out
+    } else {  // the envelope landed through the datatype: pack it back out
         std::vector<char> packed(cap);
         int pos = 0;
         if (PMPI_Pack(d->buf, d->count, d->type, packed.data(), (int)cap, &pos, d->comm) != MPI_SUCCESS) return MPI_SUCCESS;
@@ -259,6 +452,10 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
     Envelope e;
     if (!decode(wire, &e)) return MPI_SUCCESS;  // a message of that size, not an envelope
     size_t n = 0;
+    if (dev_at && e.transport == NM_ENV_IPC) {  // a device payload straight into the device buffer
+        span = (char *)dev_at;
+        *direct = true;
+    }
     int rc = pull_payload(e, span, cap, contiguous, d ? d->buf : nullptr, d ? d->count : 0,
                           d ? d->type : MPI_DATATYPE_NULL, d ? d->comm : MPI_COMM_WORLD, &n);
     if (rc == MPI_SUCCESS || rc == MPI_ERR_TRUNCATE) PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)n);
@@ -308,10 +505,11 @@ int env_finish(const Decode &d, MPI_Status *st)
     return finish_at((char *)d.buf + lo, cap, di->contig, &d, st);
 }
 
-int env_finish_bytes(void *at, size_t cap, MPI_Status *st)
+int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct)
 {
+    *direct = false;
     if (!on || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
-    return finish_at((char *)at, cap, true, nullptr, st);
+    return finish_at((char *)at, cap, true, nullptr, st, dev_at, direct);
 }
 
 void env_progress()
@@ -339,8 +537,7 @@ void env_progress()
         PMPI_Recv(&id, 1, MPI_UINT32_T, st.MPI_SOURCE, TAG_RELEASE, rel_comm, MPI_STATUS_IGNORE);
         auto it = held.find(id);
         if (it == held.end()) continue;
-        free(it->second.payload);
-        free(it->second.wire);
+        held_free(it->second);
         held.erase(it);
     }
 }

@@ -1,11 +1,12 @@
-// ncclmpi: point-to-point envelopes (work in progress: NCCLMPI_P2P_ENVELOPE=host, a test mode).
+// ncclmpi: point-to-point envelopes (work in progress: NCCLMPI_P2P_ENVELOPE=device|host).
 //
 // A large message can travel as a small envelope through the real MPI (the user's communicator,
 // destination and tag, so matching, wildcards and the non-overtaking order stay the real MPI's)
 // while its payload waits in the sender's memory, from where the receiver pulls it once the
-// envelope matched a receive: over CUDA IPC for device memory (to come), with Linux cross-memory
-// attach (process_vm_readv) in the host test mode here. The sender's call completes once its
-// payload is copied aside, so no send waits for its receiver's progress.
+// envelope matched a receive: device payloads from the sender's CUDA IPC pool with a peer copy
+// (NCCLMPI_P2P_ENVELOPE=device), host ones with Linux cross-memory attach (process_vm_readv, the
+// host test mode). The sender's call completes once its payload is copied aside, so no send waits
+// for its receiver's progress.
 //
 // A receive cannot know whether a message is an envelope before it lands, so every receive on a
 // communicator where envelopes may travel decodes what it got: an envelope is exactly
@@ -27,16 +28,18 @@
 
 namespace ncclmpi {
 
-enum { NM_ENV_WIRE = 61 };  // bytes of an envelope on the wire
+enum { NM_ENV_WIRE = 125 };  // bytes of an envelope on the wire (odd)
+enum { NM_ENV_HOST = 0, NM_ENV_IPC = 1 };  // where a payload waits
 
 struct Envelope {
     uint64_t nonce[2];
     uint64_t bytes;  // the payload's size
-    uint64_t addr;   // where it waits in the sender's process
+    uint64_t addr;   // NM_ENV_HOST: where it waits in the sender's process; NM_ENV_IPC: its offset
     int32_t pid;     // the sender's process
     int32_t wrank;   // the sender's rank in MPI_COMM_WORLD (where the release goes)
     uint32_t id;     // the sender's name for it
-    uint32_t pad;
+    uint32_t transport;
+    char ipc[64];    // NM_ENV_IPC: the CUDA IPC handle of the sender's device pool
 };
 static_assert(sizeof(Envelope) <= NM_ENV_WIRE, "an envelope fits its wire size");
 
@@ -49,6 +52,11 @@ bool env_comm(MPI_Comm comm);
 // A send that goes as an envelope: 1 with *rc when it did (o: a SEND op on host memory), 0 to let
 // the real MPI send it as it is.
 int env_send(nm_op_t *o, int *rc);
+// NCCLMPI_P2P_ENVELOPE=device: a send of `bytes` contiguous bytes at device address src (device
+// ordinal dev) goes as an envelope, its payload copied into this process's IPC-exported device
+// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full).
+int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc);
+bool env_device();
 
 // A receive that may have got an envelope: what it needs after the real MPI completed it.
 struct Decode {
@@ -66,8 +74,9 @@ struct Decode {
 // the payload does not fit; MPI_ERR_OTHER when it cannot be pulled).
 int env_finish(const Decode &d, MPI_Status *st);
 // The same for bytes that landed contiguously at `at` (a staged receive's host shadow of `cap`
-// bytes).
-int env_finish_bytes(void *at, size_t cap, MPI_Status *st);
+// bytes). dev_at: the device buffer the shadow stands for: a payload in a device pool goes there
+// directly (*direct set), else into the shadow.
+int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct);
 
 // A receive that a message taken out of matching by a probe satisfies (the probe queue, or a
 // message handle ncclmpi made for MPI_Mprobe): delivered now, 1 with *rc (a nonblocking call gets

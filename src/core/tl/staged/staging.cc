@@ -283,10 +283,13 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
         if (!(s->r[i].dir & BUF_OUT)) continue;
         size_t len = s->r[i].len;
         MPI_Count got = MPI_UNDEFINED;
-        // a receive that got an envelope (NCCLMPI_P2P_ENVELOPE): its payload into the shadow first
-        if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE && env_on() &&
-            env_finish_bytes(s->r[i].host, len, recv_status) != MPI_SUCCESS)
-            return NM_ERR_MPI;
+        // a receive that got an envelope (NCCLMPI_P2P_ENVELOPE): its payload into the shadow, or a
+        // device payload straight into the device buffer (nothing left to copy back)
+        if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE && env_on()) {
+            bool direct = false;
+            if (env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct) != MPI_SUCCESS) return NM_ERR_MPI;
+            if (direct) continue;
+        }
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE &&
             PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
             (size_t)got < len)
