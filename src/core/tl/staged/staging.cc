@@ -202,6 +202,11 @@ struct Stage {
     Region r[2];
     int n = 0;
     MPI_Status status;  // the receive's, where the caller passed MPI_STATUS_IGNORE
+    // a point-to-point receive into a non-contiguous buffer, with envelopes on: the shadow as the
+    // receive saw it, to decode an envelope through its datatype (a duplicate: the caller may free
+    // its own before the receive completes)
+    Decode *decode = nullptr;
+    MPI_Datatype rtype_dup = MPI_DATATYPE_NULL;
 };
 
 nm_status_t stage_copy_in(Stage *s)
@@ -255,6 +260,12 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
         }
         s->n++;
         char *shadow = r.host - b[i].lo;  // where the caller's pointer maps
+        if (b[i].is_recv && !r.counted && (nm_opk(o->kind) & NM_KF_P2P) && env_on() && !s->decode &&
+            o->kind != NM_OPK_SENDRECV_REPLACE) {
+            if (o->status == MPI_STATUS_IGNORE) o->status = &s->status;
+            PMPI_Type_dup(o->rtype, &s->rtype_dup);
+            s->decode = new Decode{shadow, o->rcount, s->rtype_dup, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
+        }
         if (b[i].is_recv) o->rbuf = shadow;
         else o->sbuf = shadow;
         if (o->kind == NM_OPK_BCAST || o->kind == NM_OPK_SENDRECV_REPLACE) o->sbuf = o->rbuf;
@@ -279,6 +290,10 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
     if (!l) return NM_ERR_CUDA;
     nm_status_t st = NM_OK;
     bool copied = false;
+    // an envelope received into a non-contiguous buffer: its payload into the shadow, through the
+    // datatype, before the shadow goes back whole
+    if (s->decode && recv_status && recv_status != MPI_STATUS_IGNORE && env_finish(*s->decode, recv_status) != MPI_SUCCESS)
+        return NM_ERR_MPI;
     for (int i = 0; i < s->n && st == NM_OK; i++) {
         if (!(s->r[i].dir & BUF_OUT)) continue;
         size_t len = s->r[i].len;
@@ -461,6 +476,8 @@ nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc)
 void stage_release(Stage *s)
 {
     for (int i = 0; i < s->n; i++) pinned_put(s->r[i].host, s->r[i].cls);
+    delete s->decode;
+    if (s->rtype_dup != MPI_DATATYPE_NULL) PMPI_Type_free(&s->rtype_dup);
     delete s;
 }
 
