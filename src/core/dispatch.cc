@@ -298,7 +298,12 @@ Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, in
 // receive may get one, so nm_leave decodes what it got (0: the wrapper calls the real MPI)
 int envelope_host(nm_op_t *o, int *rc)
 {
-    if (o->flags & NM_OPF_PERS) return 0;
+    if (o->flags & NM_OPF_PERS) {  // a persistent receive is ncclmpi's (persistent.h)
+        if (o->kind != NM_OPK_RECV || o->rpeer == MPI_PROC_NULL || !env_comm(o->comm)) return 0;
+        *rc = pers_recv_init_envelope(o, nullptr, o->rbuf);
+        if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);
+        return 1;
+    }
     if (o->kind == NM_OPK_SEND) return env_send(o, rc);
     if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV && o->kind != NM_OPK_SENDRECV &&
         o->kind != NM_OPK_SENDRECV_REPLACE)
@@ -439,6 +444,12 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
         nm_status_t st = stage_in(o, b, nb, &s);
         if (st != NM_OK) {
             *rc = raise_error(o, st, "staging to host failed");
+            return 1;
+        }
+        if ((o->flags & NM_OPF_PERS) && o->kind == NM_OPK_RECV && env_on() && env_comm(o->comm)) {
+            o->flags &= ~NM_OPF_STAGED;  // the persistent receive is ncclmpi's, on the shadow
+            *rc = pers_recv_init_envelope(o, s, o->rbuf);
+            if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);
             return 1;
         }
         return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave

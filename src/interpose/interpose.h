@@ -107,6 +107,7 @@ int nm_neighbor_degrees(MPI_Comm comm, int *nin, int *nout);
 int nm_pers_start(MPI_Request *request, int *rc);
 int nm_pers_startall(int count, MPI_Request reqs[], int *rc);
 int nm_pers_request_free(MPI_Request *request, int *rc);
+int nm_pers_cancel(MPI_Request *request, int *rc);
 int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_Status *status, int *rc);
 /* ncclmpi_group_begin / ncclmpi_group_end (include/ncclmpi.h) */
 int nm_group_begin(void);

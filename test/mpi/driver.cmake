@@ -42,6 +42,13 @@ if(EXISTS "${STUB_DRIVER}")
                          LABELS "mpi" TIMEOUT 180
                          ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=4096")
   endforeach()
+  add_test(mpi_p2p_envelope_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_envelope")
+  set_tests_properties(mpi_p2p_envelope_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 60)
+  foreach(np 2 3)  # persistent receives are ncclmpi's there (restarts, cancel, free while active)
+    add_test(mpi_persist_np${np}_envelope "${RUN}" ${np} preload "${B}/test/gpu/gpu_persist" --host --iters 200)
+    set_tests_properties(mpi_persist_np${np}_envelope PROPERTIES LABELS "mpi" TIMEOUT 120
+                         ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=4096")
+  endforeach()
   add_test(mpi_p2p_envelope_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
   set_tests_properties(mpi_p2p_envelope_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=62")

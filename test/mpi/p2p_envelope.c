@@ -5,7 +5,8 @@
  *     tag first, then receives by MPI_ANY_TAG: it must get the older message first;
  *   - MPI_Mprobe/MPI_Mrecv and MPI_Improbe/MPI_Imrecv of envelopes and of raw messages behind them;
  *   - truncation of an envelope's payload (MPI_ERR_TRUNCATE, MPI_ERRORS_RETURN);
- *   - a non-contiguous receive datatype getting an envelope.
+ *   - a non-contiguous receive datatype getting an envelope;
+ *   - persistent receives of messages a probe took out of matching, and restarted on envelopes.
  * Every message's bytes and status are checked. Runs without envelopes too (plain MPI semantics).
  */
 #include <mpi.h>
@@ -59,20 +60,34 @@ int main(int argc, char **argv)
     for (int i = 0; i < WIRE; i++) raw[i] = (unsigned char)(i * 7 + 3);
     MPI_Status st;
     if (size >= 2 && rank == 0) {
+        /* nonblocking sends, completed at the end: the receiver takes them out of order (probes),
+         * which blocking sends of large messages would not allow without buffering */
+        MPI_Request q[16];
+        int nq = 0;
+        int *bufs[6];
+        for (int k = 0; k < 6; k++) bufs[k] = malloc(BIG * sizeof(int));
         /* 1. raw messages of the envelope's size, then an older-message/envelope pair, then Mprobe cases */
-        MPI_Send(raw, WIRE, MPI_BYTE, 1, 1, c);
-        MPI_Send(raw, WIRE, MPI_BYTE, 1, 2, c);
-        fill(a, BIG, 3);
-        MPI_Send(a, 100, MPI_INT, 1, 3, c);   /* older, tag 3 */
-        MPI_Send(a, BIG, MPI_INT, 1, 4, c);   /* envelope, tag 4 */
-        fill(a, BIG, 5);
-        MPI_Send(a, BIG, MPI_INT, 1, 5, c);   /* envelope for Mprobe */
-        MPI_Send(raw, WIRE, MPI_BYTE, 1, 6, c); /* a raw message of the envelope's size behind it */
-        fill(a, BIG, 7);
-        MPI_Send(a, BIG, MPI_INT, 1, 7, c);   /* for Improbe/Imrecv */
-        MPI_Send(a, BIG, MPI_INT, 1, 8, c);   /* truncated at the receiver */
-        fill(a, BIG, 9);
-        MPI_Send(a, BIG, MPI_INT, 1, 9, c);   /* into a vector type */
+        MPI_Isend(raw, WIRE, MPI_BYTE, 1, 1, c, &q[nq++]);
+        MPI_Isend(raw, WIRE, MPI_BYTE, 1, 2, c, &q[nq++]);
+        fill(bufs[0], BIG, 3);
+        MPI_Isend(bufs[0], 100, MPI_INT, 1, 3, c, &q[nq++]); /* older, tag 3 */
+        MPI_Isend(bufs[0], BIG, MPI_INT, 1, 4, c, &q[nq++]); /* envelope, tag 4 */
+        fill(bufs[1], BIG, 5);
+        MPI_Isend(bufs[1], BIG, MPI_INT, 1, 5, c, &q[nq++]); /* envelope for Mprobe */
+        MPI_Isend(raw, WIRE, MPI_BYTE, 1, 6, c, &q[nq++]);  /* a raw message of the envelope's size behind it */
+        fill(bufs[2], BIG, 7);
+        MPI_Isend(bufs[2], BIG, MPI_INT, 1, 7, c, &q[nq++]); /* for Improbe/Imrecv */
+        MPI_Isend(bufs[2], BIG, MPI_INT, 1, 8, c, &q[nq++]); /* truncated at the receiver */
+        fill(bufs[3], BIG, 9);
+        MPI_Isend(bufs[3], BIG, MPI_INT, 1, 9, c, &q[nq++]); /* into a vector type */
+        fill(bufs[4], BIG, 10);
+        MPI_Isend(bufs[4], BIG, MPI_INT, 1, 10, c, &q[nq++]); /* envelope for a persistent receive, after a probe */
+        fill(bufs[5], BIG, 11);
+        MPI_Isend(bufs[5], 100, MPI_INT, 1, 11, c, &q[nq++]); /* raw, probed */
+        MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
+        fill(a, BIG, 12);
+        for (int k = 0; k < 3; k++) MPI_Send(a, BIG, MPI_INT, 1, 12, c); /* a persistent receive restarted */
+        for (int k = 0; k < 6; k++) free(bufs[k]);
     } else if (size >= 2 && rank == 1) {
         /* 1a. Probe of a raw message of the envelope's size: its size, then its bytes */
         MPI_Probe(0, 1, c, &st);
@@ -134,6 +149,31 @@ int main(int argc, char **argv)
         CHECK(bad < 0, "vector receive of an envelope: element %d", bad);
         MPI_Type_free(&vec);
         free(w);
+        /* 7. persistent receives: of messages a probe took out of matching (an envelope and a raw
+         * one behind it), then restarted on fresh envelopes */
+        MPI_Probe(0, 11, c, &st);
+        CHECK(count_of(&st, MPI_INT) == 100, "Probe behind an envelope: count %d", count_of(&st, MPI_INT));
+        MPI_Request pr;
+        MPI_Recv_init(b, BIG + 16, MPI_INT, 0, 10, c, &pr);
+        memset(b, 0, BIG * sizeof(int));
+        MPI_Start(&pr);
+        MPI_Wait(&pr, &st);
+        CHECK(st.MPI_TAG == 10 && st.MPI_SOURCE == 0 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 10) < 0,
+              "persistent receive of a probed-out envelope: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        MPI_Request_free(&pr);
+        MPI_Recv_init(b, BIG, MPI_INT, 0, MPI_ANY_TAG, c, &pr);
+        MPI_Start(&pr);
+        MPI_Wait(&pr, &st);
+        CHECK(st.MPI_TAG == 11 && count_of(&st, MPI_INT) == 100 && check_ints(b, 100, 11) < 0,
+              "persistent receive of a probed raw message: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        for (int k = 0; k < 3; k++) {
+            memset(b, 0, BIG * sizeof(int));
+            MPI_Start(&pr);
+            MPI_Wait(&pr, &st);
+            CHECK(st.MPI_TAG == 12 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 12) < 0,
+                  "persistent receive %d: tag %d count %d", k, st.MPI_TAG, count_of(&st, MPI_INT));
+        }
+        MPI_Request_free(&pr);
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

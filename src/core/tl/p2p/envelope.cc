@@ -652,6 +652,19 @@ static int probe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, M
     }
 }
 
+MPI_Comm env_self_comm() { return self_comm; }
+
+int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_Request *inner, MPI_Status *st, int *rc)
+{
+    Entry e;
+    if (queue_find(comm, src, tag, true, &e)) {
+        *rc = deliver(e, buf, (int)cap, MPI_PACKED, comm, st);
+        return 1;
+    }
+    *rc = PMPI_Irecv(buf, (int)cap, MPI_PACKED, src, tag, comm, inner);
+    return 0;
+}
+
 int env_recv_queued(nm_op_t *o, int *rc)
 {
     Entry e;

@@ -16,8 +16,9 @@
 // A probe that meets a message of the envelope's size takes the messages of its source out of the
 // real MPI's matching, in their order, up to that one (the probe queue), so that it can report the
 // payload's size; every receive consults that queue first, and a matched-probe's message comes
-// back as a handle ncclmpi made. Not yet decoded: persistent receives, non-contiguous device
-// receive buffers.
+// back as a handle ncclmpi made. Persistent receives on such a communicator are ncclmpi's
+// (persistent.h): each start receives on the application's communicator (or from the queue),
+// decodes, and forwards to the application's request on a private communicator.
 #ifndef NM_CORE_P2P_ENVELOPE_H
 #define NM_CORE_P2P_ENVELOPE_H
 #include <mpi.h>
@@ -82,6 +83,15 @@ int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *d
 // message handle ncclmpi made for MPI_Mprobe): delivered now, 1 with *rc (a nonblocking call gets
 // a request that completes at once). 0: the real MPI receives.
 int env_recv_queued(nm_op_t *o, int *rc);
+
+// Persistent receives on a communicator that may carry envelopes are ncclmpi's (persistent.cc):
+// the application's request receives from a private communicator, where ncclmpi forwards what
+// its own receive on the application's communicator got, decoded.
+MPI_Comm env_self_comm();
+// A receive of at most cap bytes (as MPI_PACKED) into buf from (src, tag) on comm: 1 when a
+// message a probe took out of matching satisfied it at once (*st its status, *rc its code), else
+// 0 with *inner the real MPI's request.
+int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_Request *inner, MPI_Status *st, int *rc);
 
 // Releases received and sent; payloads released by their receivers are freed.
 void env_progress();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/engine/task.h"
+#include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/log.h"
@@ -18,11 +19,27 @@ namespace ncclmpi {
 
 namespace {
 
+// A persistent receive on a communicator that may carry envelopes: the application's request
+// receives from ncclmpi's private communicator (tag `key`); each start posts ncclmpi's own receive
+// on the application's communicator (or takes a message a probe already took out of matching),
+// decodes what it got and forwards it there (see envelope.h).
+struct Emul {
+    int src, tag;
+    MPI_Comm comm;
+    int key;
+    char *tmp;
+    size_t cap;                          // the receive's packed size; tmp holds cap + 1
+    MPI_Request inner = MPI_REQUEST_NULL;  // ncclmpi's receive, then the forward to itself
+    MPI_Request fwd = MPI_REQUEST_NULL;
+    MPI_Status got;                      // what the receive got (source and tag for the status)
+};
+
 struct Pers {
     Stage *stage;
     MPI_Comm comm;  // whose error handler reports a failed copy
     bool active;    // started, not yet completed by a Wait or Test
     bool copied;    // this activation's copy back is done (MPI_Request_get_status did it)
+    Emul *em;       // an emulated persistent receive (envelopes), or null
 };
 
 std::mutex mu;
@@ -35,7 +52,7 @@ int copy_back(const Pers &p, MPI_Status *st)
 {
     int cancelled = 0;
     if (st && st != MPI_STATUS_IGNORE) PMPI_Test_cancelled(st, &cancelled);
-    if (cancelled || !stage_has_out(p.stage)) return MPI_SUCCESS;
+    if (cancelled || !p.stage || !stage_has_out(p.stage)) return MPI_SUCCESS;
     if (stage_finish(p.stage, st) == NM_OK) return MPI_SUCCESS;
     const char *msg = "ncclmpi: a persistent receive on device memory: the copy back to the device failed";
     NM_ERROR(STAGE, "%s", msg + 9);
@@ -44,9 +61,43 @@ int copy_back(const Pers &p, MPI_Status *st)
     return code;
 }
 
+// The receive of an emulated persistent request got its message (code rc, status st): decode it
+// and forward it to the application's request (cap + 1 bytes when it does not fit, so that the
+// application's receive reports the truncation).
+void em_forward(Emul *em, int rc, MPI_Status *st)
+{
+    em->got = *st;
+    MPI_Count n = 0;
+    PMPI_Get_elements_x(st, MPI_BYTE, &n);
+    bool direct = false;
+    if (rc == MPI_SUCCESS) rc = env_finish_bytes(em->tmp, em->cap + 1, st, nullptr, &direct);
+    if (rc == MPI_SUCCESS) PMPI_Get_elements_x(st, MPI_BYTE, &n);
+    if (rc != MPI_SUCCESS || n < 0 || (size_t)n > em->cap) n = (MPI_Count)em->cap + 1;
+    PMPI_Isend(em->tmp, (int)n, MPI_PACKED, 0, em->key, env_self_comm(), &em->fwd);
+}
+
+// Moves an emulated receive along: its receive completed -> forwarded.
+void em_progress(Emul *em)
+{
+    if (!em || em->inner == MPI_REQUEST_NULL) return;
+    int flag = 0;
+    MPI_Status st;
+    int rc = PMPI_Test(&em->inner, &flag, &st);
+    if (!flag && rc == MPI_SUCCESS) return;
+    em->inner = MPI_REQUEST_NULL;
+    int cancelled = 0;
+    PMPI_Test_cancelled(&st, &cancelled);
+    if (!cancelled) em_forward(em, rc, &st);
+}
+
 void release(Pers &p)
 {
-    stage_release(p.stage);
+    if (p.em) {
+        if (p.em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&p.em->fwd, MPI_STATUS_IGNORE);
+        free(p.em->tmp);
+        delete p.em;
+    }
+    if (p.stage) stage_release(p.stage);
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
 }
 
@@ -55,7 +106,7 @@ void release(Pers &p)
 void pers_register(MPI_Request req, Stage *s, MPI_Comm comm)
 {
     std::lock_guard<std::mutex> g(mu);
-    table[req] = Pers{s, comm, false, false};
+    table[req] = Pers{s, comm, false, false, nullptr};
     registered.store((int)table.size(), std::memory_order_release);
     // the Start, Wait and Test wrappers take their slow path while one exists
     __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
@@ -81,6 +132,14 @@ int pers_start(int n, const MPI_Request *reqs)
             it->second.active = true;
             it->second.copied = false;
             s = it->second.stage;
+            if (Emul *em = it->second.em) {  // ncclmpi's receive on the application's communicator
+                if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);  // the last one's
+                MPI_Status st;
+                int rc = MPI_SUCCESS;
+                if (env_recv_bytes(em->comm, em->src, em->tag, em->tmp, em->cap + 1, &em->inner, &st, &rc)) em_forward(em, rc, &st);
+                else if (rc != MPI_SUCCESS) return rc;
+                if (!s) continue;  // host memory: nothing to copy in
+            }
         }
         if (stage_copy_in(s) != NM_OK) {
             const char *msg = "ncclmpi: MPI_Start: the copy of a persistent send's device buffer to the host failed";
@@ -99,10 +158,69 @@ int pers_completed(MPI_Request req, MPI_Status *st)
         auto it = table.find(req);
         if (it == table.end() || !it->second.active) return MPI_SUCCESS;
         it->second.active = false;
+        if (Emul *em = it->second.em) {  // the status of what ncclmpi's receive got
+            if (st && st != MPI_STATUS_IGNORE) {
+                st->MPI_SOURCE = em->got.MPI_SOURCE;
+                st->MPI_TAG = em->got.MPI_TAG;
+            }
+            if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);
+        }
         if (it->second.copied) return MPI_SUCCESS;
         p = it->second;
     }
     return copy_back(p, st);
+}
+
+int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
+{
+    static std::atomic<int> next_key{0};
+    Emul *em = new Emul;
+    em->src = o->rpeer;
+    em->tag = o->rtag;
+    em->comm = o->comm;
+    em->key = next_key.fetch_add(1) & 0x3fffffff;
+    int packed = 0;
+    PMPI_Pack_size(o->rcount, o->rtype, o->comm, &packed);
+    em->cap = (size_t)packed;
+    em->tmp = (char *)malloc(em->cap + 1);
+    int rc = PMPI_Recv_init(target, o->rcount, o->rtype, 0, em->key, env_self_comm(), o->req);
+    if (rc != MPI_SUCCESS || !em->tmp) {
+        free(em->tmp);
+        delete em;
+        if (s) stage_release(s);
+        return rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM;
+    }
+    std::lock_guard<std::mutex> g(mu);
+    table[*o->req] = Pers{s, o->comm, false, false, em};
+    registered.store((int)table.size(), std::memory_order_release);
+    __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    return MPI_SUCCESS;
+}
+
+int pers_cancel(MPI_Request req, int *rc)
+{
+    Emul *em = nullptr;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        auto it = table.find(req);
+        if (it == table.end() || !it->second.em) return 0;
+        em = it->second.em;
+    }
+    if (em->inner == MPI_REQUEST_NULL) return 0;  // its message came: the cancel fails, as MPI allows
+    MPI_Status st;
+    PMPI_Cancel(&em->inner);
+    int wrc = PMPI_Wait(&em->inner, &st);
+    em->inner = MPI_REQUEST_NULL;
+    int cancelled = 0;
+    PMPI_Test_cancelled(&st, &cancelled);
+    if (!cancelled) {  // matched first: it completes normally
+        em_forward(em, wrc, &st);
+        *rc = MPI_SUCCESS;
+        return 1;
+    }
+    MPI_Request r = req;
+    *rc = PMPI_Cancel(&r);  // the application's request never gets a message: cancel it
+    return 1;
 }
 
 int pers_free(MPI_Request *req, int *rc)
@@ -135,7 +253,11 @@ void pers_progress()
     std::vector<Done> done;
     {
         std::unique_lock<std::mutex> g(mu, std::try_to_lock);
-        if (!g.owns_lock() || detached.empty()) return;
+        if (!g.owns_lock()) return;
+        for (auto &kv : table)
+            if (kv.second.active) em_progress(kv.second.em);
+        for (auto &d : detached) em_progress(d.second.em);
+        if (detached.empty()) return;
         for (size_t i = 0; i < detached.size();) {
             int flag = 0;
             MPI_Status st;
@@ -195,6 +317,12 @@ extern "C" int nm_pers_startall(int count, MPI_Request reqs[], int *rc)
     return 1;
 }
 
+extern "C" int nm_pers_cancel(MPI_Request *request, int *rc)
+{
+    nm_flush();
+    return request && pers_owns(1, request) && pers_cancel(*request, rc);
+}
+
 extern "C" int nm_pers_request_free(MPI_Request *request, int *rc)
 {
     nm_flush();
@@ -213,6 +341,10 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
     {
         std::lock_guard<std::mutex> g(mu);
         auto it = table.find(request);
+        if (it != table.end() && it->second.active && it->second.em) {
+            st->MPI_SOURCE = it->second.em->got.MPI_SOURCE;
+            st->MPI_TAG = it->second.em->got.MPI_TAG;
+        }
         if (it == table.end() || !it->second.active || it->second.copied) return 1;
         it->second.copied = true;
         p = it->second;

@@ -11,6 +11,8 @@
 #define NM_CORE_PERSISTENT_H
 #include <mpi.h>
 
+#include "route/nm_op.h"
+
 namespace ncclmpi {
 
 struct Stage;
@@ -26,6 +28,11 @@ int pers_start(int n, const MPI_Request *reqs);
 // After the real MPI completed request `req` (the handle it had) with status `st`: a staged
 // receive's copy back (none when cancelled or failed). MPI_SUCCESS or an MPI error code.
 int pers_completed(MPI_Request req, MPI_Status *st);
+// A persistent receive on a communicator that may carry envelopes (o: Recv_init; s: its staged
+// shadows or null for host memory; target: where the data goes). Makes o's request. MPI code.
+int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target);
+// MPI_Cancel of an emulated persistent receive: 1 (and *rc) when it was one.
+int pers_cancel(MPI_Request req, int *rc);
 // MPI_Request_free of a staged persistent request: 1 (and *rc) when it was one.
 int pers_free(MPI_Request *req, int *rc);
 // Requests freed while active: the completed ones copied back and released.
