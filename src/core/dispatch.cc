@@ -358,7 +358,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     if (depth || nm_cfg.DISABLE) return 0;
     const bool coll = nm_opkind_is_coll(o->kind);
     const bool agree = nm_cfg.AGREE && coll;
-    if (!cuda_attached() && !nm_linkmap_refresh() && !agree) {
+    if (!cuda_attached() && !nm_linkmap_refresh() && !agree && !nm_envelopes_configured) {
         NM_TRACE(CALL, "MPI_%s -> host (no CUDA driver in the process)", nm_fn_names[o->fn]);
         return 0;
     }

@@ -14,7 +14,7 @@ extern int nm_pending_comms;
 
 int nm_f_maybe_device(void *a, void *b)
 {
-    if (nm_cfg.AGREE || __atomic_load_n(&nm_pending_comms, __ATOMIC_RELAXED)) return 1;
+    if (nm_cfg.AGREE || nm_envelopes_configured || __atomic_load_n(&nm_pending_comms, __ATOMIC_RELAXED)) return 1;
     void *ca = nm_f2c_buf(a), *cb = b ? nm_f2c_buf(b) : NULL;
     if (ca == MPI_BOTTOM || (b && cb == MPI_BOTTOM)) return 1;
     return nm_mem_is_device(ca) || nm_mem_is_device(cb);

@@ -33,6 +33,8 @@ typedef struct nm_hot {
     struct link_map *volatile tail;
 } nm_hot_t;
 extern nm_hot_t nm_hot;
+/* NCCLMPI_P2P_ENVELOPE is on: every receive goes through ncclmpi (it may get an envelope) */
+extern int nm_envelopes_configured;
 
 static inline int nm_host_fast(void) { return !nm_hot.slow && nm_hot.tail->l_next == NULL; }
 /* NCCLMPI_LOG=TRACE sets this bit in nm_hot.queued (and nm_hot.slow) at load, so that every

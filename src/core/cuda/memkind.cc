@@ -55,6 +55,11 @@ static bool refresh_locked()
 
 using namespace ncclmpi;
 
+// NCCLMPI_P2P_ENVELOPE: every receive must decode, also where no CUDA driver is loaded
+extern "C" {
+int nm_envelopes_configured = 0;
+}
+
 extern "C" int nm_linkmap_refresh(void)
 {
     std::lock_guard<std::mutex> g(linkmap_mu);
@@ -101,6 +106,9 @@ __attribute__((constructor)) static void nm_memkind_boot()
     nm_config_load();
     // NCCLMPI_AGREE: every collective of every rank must vote, also where no CUDA driver is loaded
     if (nm_cfg.AGREE && !nm_cfg.DISABLE) nm_hot.slow = 1;
+    // NCCLMPI_P2P_ENVELOPE: every point-to-point receive decodes what it got
+    nm_envelopes_configured = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0 && !nm_cfg.DISABLE;
+    if (nm_envelopes_configured) nm_hot.slow = 1;
     // NCCLMPI_LOG=TRACE: every intercepted call is traced, also where no CUDA driver is loaded
     if (nm_cfg.LOG >= NM_LOG_TRACE && !nm_cfg.DISABLE) {
         nm_hot.slow = 1;
