@@ -42,6 +42,12 @@ if(EXISTS "${STUB_DRIVER}")
                          LABELS "mpi" TIMEOUT 180
                          ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=4096")
   endforeach()
+  # the deadlock-prone hazard scenarios with large host messages as envelopes
+  foreach(sc progress first_nb_crossing comm_free_outstanding threads fuzz)
+    add_test(mpi_hazard_${sc}_np3_envelope "${RUN}" 3 preload "${B}/test/gpu/gpu_hazard" --host ${sc})
+    set_tests_properties(mpi_hazard_${sc}_np3_envelope PROPERTIES LABELS "mpi" TIMEOUT 120
+                         ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=256")
+  endforeach()
   add_test(mpi_p2p_envelope_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_envelope")
   set_tests_properties(mpi_p2p_envelope_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 60)
   foreach(np 2 3)  # persistent receives are ncclmpi's there (restarts, cancel, free while active)
