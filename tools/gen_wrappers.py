@@ -447,7 +447,21 @@ def f_wrapper(r):
     out += ["}"]
     for sym in ("mpi_%s" % low, "mpi_%s_" % low, "mpi_%s__" % low, "MPI_%s" % n.upper(), "ompi_%s_f" % low):
         out.append("void %s(%s) NM_ALIAS(nm_f_%s);" % (sym, ff, low))
+    if n in F08_DIRECT:
+        # Open MPI's mpi_f08 module implements these (their LOGICAL argument) by calling the
+        # Fortran PMPI symbol directly, past every wrapper: its module procedure is replaced here
+        # (the same arguments by reference; ierror is OPTIONAL, so it may be absent)
+        out += ["NM_EXPORT void mpi_%s_f08_(%s)" % (low, ff), "{",
+                "    MPI_Fint nm_ierr_;",
+                "    nm_f_%s(%s);" % (low, fact.replace("ierr", "ierr ? ierr : &nm_ierr_")),
+                "}"]
     return "\n".join(out) + "\n"
+
+
+# Calls that Open MPI's mpi_f08 binding sends straight to pmpi_<name>_ (nm -D libmpi_usempif08:
+# the functions with a LOGICAL argument); ncclmpi must see them to move its requests along and to
+# see through point-to-point envelopes
+F08_DIRECT = {"Test", "Testall", "Testany", "Testsome", "Iprobe", "Improbe", "Request_get_status"}
 
 
 def gen_f(rows):

@@ -44,6 +44,7 @@ program f_device
   integer :: rank, nranks, i, ierr, fails, total, next, prev, cnt
   integer(c_long_long) :: bytes, before
   integer :: half, wc(2)
+  logical :: tflag
   integer(kind=MPI_ADDRESS_KIND) :: wd(2)
 #ifdef USE_F08
   type(MPI_Request) :: req, reqs(2)
@@ -124,6 +125,17 @@ program f_device
     cnt = cnt * i
   end do
   if (any(g /= cnt)) call fail('Iallreduce', 1, g(1))
+
+  ! Iallreduce completed by an MPI_Test loop (with mpi_f08, Open MPI's MPI_Test calls its PMPI layer
+  ! directly; ncclmpi replaces that module procedure, or its request would never complete)
+  call put(pa, h)
+  call MPI_Iallreduce(da, db, N, MPI_INTEGER, MPI_PROD, MPI_COMM_WORLD, req, ierr)
+  tflag = .false.
+  do while (.not. tflag)
+    call MPI_Test(req, tflag, st, ierr)
+  end do
+  call get(g, pb)
+  if (any(g /= cnt)) call fail('Iallreduce + Test loop', 1, g(1))
 
   ! Sendrecv ring on device buffers, status checked
   h = [(rank * 100000 + i, i = 1, N)]

@@ -60,7 +60,13 @@ program f_host
 #else
   integer :: reqs(2), req, sts(MPI_STATUS_SIZE, 2), st(MPI_STATUS_SIZE)
 #endif
-  logical :: expect, have
+  logical :: expect, have, flag
+  integer, allocatable :: pa(:), pb(:)
+#ifdef USE_F08
+  type(MPI_Message) :: msg
+#else
+  integer :: msg
+#endif
 
   nerr = 0
   rank = -1
@@ -292,6 +298,58 @@ program f_host
   call chk(st(MPI_SOURCE), left, 'Sendrecv status MPI_SOURCE')
   call chk(st(MPI_TAG), 300 + left, 'Sendrecv status MPI_TAG')
 #endif
+
+  ! ---- Probe, Mprobe, Iprobe from the left: a large message (tag 31), then a small one (tag 32);
+  !      probing the small one first must not let it overtake the large one for MPI_ANY_TAG ----
+  allocate(pa(2000), pb(2000))
+  do i = 1, 2000
+    pa(i) = rank * 10000 + i
+  end do
+  call MPI_Isend(pa, 2000, MPI_INTEGER, right, 31, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Isend(pa, 3, MPI_INTEGER, right, 32, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Probe(left, 32, MPI_COMM_WORLD, st, ierr)
+  call MPI_Get_count(st, MPI_INTEGER, cnt, ierr)
+  call chk(cnt, 3, 'Probe count of the small message')
+  pb = POISON
+  call MPI_Recv(pb, 2000, MPI_INTEGER, left, MPI_ANY_TAG, MPI_COMM_WORLD, st, ierr)
+  call MPI_Get_count(st, MPI_INTEGER, cnt, ierr)
+  call chk(cnt, 2000, 'MPI_ANY_TAG after Probe gets the older, large message: count')
+  call chk(pb(2000), left * 10000 + 2000, 'large message data')
+  call MPI_Mprobe(left, 32, MPI_COMM_WORLD, msg, st, ierr)
+  call MPI_Get_count(st, MPI_INTEGER, cnt, ierr)
+  call chk(cnt, 3, 'Mprobe count')
+  pb = POISON
+  call MPI_Mrecv(pb, 2000, MPI_INTEGER, msg, st, ierr)
+  call chk(pb(3), left * 10000 + 3, 'Mrecv data')
+  call chk(pb(4), POISON, 'Mrecv wrote past the message')
+  call MPI_Waitall(2, reqs, sts, ierr)
+  call MPI_Isend(pa, 2000, MPI_INTEGER, right, 33, MPI_COMM_WORLD, reqs(1), ierr)
+  flag = .false.
+  do while (.not. flag)
+    call MPI_Iprobe(left, 33, MPI_COMM_WORLD, flag, st, ierr)
+  end do
+  call MPI_Get_count(st, MPI_INTEGER, cnt, ierr)
+  call chk(cnt, 2000, 'Iprobe count of a large message')
+  call MPI_Recv(pb, 2000, MPI_INTEGER, left, 33, MPI_COMM_WORLD, st, ierr)
+  call chk(pb(1000), left * 10000 + 1000, 'Recv after Iprobe data')
+  ! an Irecv completed by an MPI_Test loop (with mpi_f08, Open MPI's MPI_Test goes to its PMPI
+  ! layer directly: ncclmpi replaces that module procedure so that its own requests move on)
+  call MPI_Irecv(pb, 2000, MPI_INTEGER, left, 34, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Send(pa, 2000, MPI_INTEGER, right, 34, MPI_COMM_WORLD, ierr)
+  flag = .false.
+  do while (.not. flag)
+    call MPI_Test(reqs(2), flag, st, ierr)
+  end do
+  call MPI_Get_count(st, MPI_INTEGER, cnt, ierr)
+  call chk(cnt, 2000, 'Test loop count')
+  call chk(pb(2000), left * 10000 + 2000, 'Test loop data')
+  call MPI_Wait(reqs(1), st, ierr)
+  deallocate(pa, pb)
+  ! (counted functions this section called)
+  ncall(K_ISEND) = ncall(K_ISEND) + 3
+  ncall(K_IRECV) = ncall(K_IRECV) + 1
+  ncall(K_WAITALL) = ncall(K_WAITALL) + 1
+  ncall(K_WAIT) = ncall(K_WAIT) + 1
 
   ! ---- Iallreduce + Wait ----
   sbuf(1) = rank + 1

@@ -11,6 +11,14 @@ if(HAVE_FORTRAN STREQUAL "1")
     add_test(fortran_${prog}_np2_plain "${RUN}" 2 plain "${B}/test/fortran/${prog}")
     set_tests_properties(fortran_${prog}_np2_plain PROPERTIES LABELS "fortran" TIMEOUT 120)
   endforeach()
+  # with point-to-point envelopes (NCCLMPI_P2P_ENVELOPE=host): every Fortran receive, probe and
+  # test goes through ncclmpi, mpi_f08's MPI_Test/MPI_Iprobe (which Open MPI sends to its PMPI
+  # layer directly) included
+  foreach(prog f_mpif f_f08)
+    add_test(fortran_${prog}_np3_envelope "${RUN}" 3 preload "${B}/test/fortran/${prog}" --expect-ncclmpi)
+    set_tests_properties(fortran_${prog}_np3_envelope PROPERTIES LABELS "fortran" TIMEOUT 120
+                         ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=1024")
+  endforeach()
   # device buffers from Fortran: label gpu, skipped (77) without a GPU
   foreach(prog f_device_f08 f_device_mpif)
     foreach(np 1 2)
