@@ -12,10 +12,18 @@ if(EXISTS "${STUB_DRIVER}")
                            ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_AGREE=${agree}")
     endforeach()
   endforeach()
-  foreach(sc threads coalesce_triggers explicit_group first_nb_crossing empty_gatherv_first)
-    add_test(mpi_hazard_${sc}_np3_stubdriver "${RUN}" 3 preload "${B}/test/gpu/gpu_hazard" --host ${sc})
-    set_tests_properties(mpi_hazard_${sc}_np3_stubdriver PROPERTIES LABELS "mpi" TIMEOUT 180
-                         ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER}")
+  # hazard scenarios at np3: with the stub driver (stubdriver), and with large host messages as
+  # point-to-point envelopes (envelope: the deadlock-prone ones)
+  set(nm_hz_stubdriver threads coalesce_triggers explicit_group first_nb_crossing empty_gatherv_first)
+  set(nm_hz_envelope progress first_nb_crossing comm_free_outstanding threads fuzz)
+  set(nm_hz_env_stubdriver "NM_TEST_PRELOAD=${STUB_DRIVER}")
+  set(nm_hz_env_envelope "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=256")
+  foreach(variant stubdriver envelope)
+    foreach(sc IN LISTS nm_hz_${variant})
+      add_test(mpi_hazard_${sc}_np3_${variant} "${RUN}" 3 preload "${B}/test/gpu/gpu_hazard" --host ${sc})
+      set_tests_properties(mpi_hazard_${sc}_np3_${variant} PROPERTIES LABELS "mpi" TIMEOUT 180
+                           ENVIRONMENT "${nm_hz_env_${variant}}")
+    endforeach()
   endforeach()
   foreach(prog coll_blocking coll_nonblocking completion p2p comm errors)
     add_test(mpi_${prog}_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/mpi/${prog}")
@@ -41,12 +49,6 @@ if(EXISTS "${STUB_DRIVER}")
     set_tests_properties(mpi_p2p_np${np}_envelope mpi_p2p_fuzz_np${np}_envelope mpi_p2p_envelope_np${np} PROPERTIES
                          LABELS "mpi" TIMEOUT 180
                          ENVIRONMENT "NM_TEST_PRELOAD=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=4096")
-  endforeach()
-  # the deadlock-prone hazard scenarios with large host messages as envelopes
-  foreach(sc progress first_nb_crossing comm_free_outstanding threads fuzz)
-    add_test(mpi_hazard_${sc}_np3_envelope "${RUN}" 3 preload "${B}/test/gpu/gpu_hazard" --host ${sc})
-    set_tests_properties(mpi_hazard_${sc}_np3_envelope PROPERTIES LABELS "mpi" TIMEOUT 120
-                         ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=256")
   endforeach()
   add_test(mpi_p2p_envelope_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_envelope")
   set_tests_properties(mpi_p2p_envelope_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 60)
