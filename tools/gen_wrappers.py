@@ -230,13 +230,14 @@ def c_wrapper(r):
                           "int rc;",
                           "if (nm_pers_%s(%s, &rc)) return rc;" % (n.lower(), act)])
     elif p == "PROBE":
-        # probes: ncclmpi's hook runs first once the CUDA driver is in the process (a probe must
-        # see through point-to-point envelopes); it returns 1 when it made the call itself
-        out = slow_split(n, f, act, fn, "nm_hot.slow",
+        # probes: like PASS (nothing stays queued behind them), and with point-to-point envelopes
+        # ncclmpi's hook runs first (a probe must see through them); it returns 1 when it made
+        # the call itself
+        out = slow_split(n, f, act, fn, "nm_hot.queued | nm_envelopes_configured",
                          ["nm_trace_call(%s);" % fn,
                           "if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
                           "int rc;",
-                          "if (nm_probe_%s(%s, &rc)) return rc;" % (n.lower(), act)])
+                          "if (nm_envelopes_configured && nm_probe_%s(%s, &rc)) return rc;" % (n.lower(), act)])
     elif p == "WAIT":
         roles = {a["role"]: a["name"] for a in r["args"]}
         if "NREQ" in roles:
@@ -431,8 +432,8 @@ def f_wrapper(r):
             bufs = [a["name"] for a in r["args"] if a["role"] in ("SBUF", "RBUF", "BUF")]
             cond = "nm_host_fast() || !nm_f_maybe_device(%s, %s)" % (
                 bufs[0], bufs[1] if len(bufs) > 1 else "NULL")
-        elif p == "PROBE":
-            cond = "!nm_hot.slow"
+        elif p == "PROBE":  # (with a flush when something is queued)
+            cond = "!(nm_hot.queued | nm_envelopes_configured)"
         else:
             cond = "!nm_work_pending()"
         pre, acts, post = f_convert(r)

@@ -294,16 +294,22 @@ Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, in
     return op;
 }
 
+// NCCLMPI_P2P_ENVELOPE: a persistent receive (host memory, or the shadows of stage s) that may
+// get envelopes is ncclmpi's (persistent.h): 1 with *rc when it is one
+int envelope_recv_init(nm_op_t *o, Stage *s, int *rc)
+{
+    if (!(o->flags & NM_OPF_PERS) || o->kind != NM_OPK_RECV || o->rpeer == MPI_PROC_NULL || !env_comm(o->comm)) return 0;
+    o->flags &= ~NM_OPF_STAGED;  // no nm_leave: the shadows belong to the request
+    *rc = pers_recv_init_envelope(o, s, o->rbuf);
+    if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);
+    return 1;
+}
+
 // NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (1: done, *rc its result); a host
 // receive may get one, so nm_leave decodes what it got (0: the wrapper calls the real MPI)
 int envelope_host(nm_op_t *o, int *rc)
 {
-    if (o->flags & NM_OPF_PERS) {  // a persistent receive is ncclmpi's (persistent.h)
-        if (o->kind != NM_OPK_RECV || o->rpeer == MPI_PROC_NULL || !env_comm(o->comm)) return 0;
-        *rc = pers_recv_init_envelope(o, nullptr, o->rbuf);
-        if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);
-        return 1;
-    }
+    if (o->flags & NM_OPF_PERS) return envelope_recv_init(o, nullptr, rc);
     if (o->kind == NM_OPK_SEND) return env_send(o, rc);
     if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV && o->kind != NM_OPK_SENDRECV &&
         o->kind != NM_OPK_SENDRECV_REPLACE)
@@ -446,12 +452,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
             *rc = raise_error(o, st, "staging to host failed");
             return 1;
         }
-        if ((o->flags & NM_OPF_PERS) && o->kind == NM_OPK_RECV && env_on() && env_comm(o->comm)) {
-            o->flags &= ~NM_OPF_STAGED;  // the persistent receive is ncclmpi's, on the shadow
-            *rc = pers_recv_init_envelope(o, s, o->rbuf);
-            if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);
-            return 1;
-        }
+        if (env_on() && envelope_recv_init(o, s, rc)) return 1;
         return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave
     }
     case NCCLMPI_ROUTE_ERROR: {

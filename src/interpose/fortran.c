@@ -20,24 +20,26 @@ int nm_f_maybe_device(void *a, void *b)
     return nm_mem_is_device(ca) || nm_mem_is_device(cb);
 }
 
+static MPI_Datatype *f2c_types_n(const MPI_Fint *f, int n)
+{
+    MPI_Datatype *c = (MPI_Datatype *)malloc(sizeof(MPI_Datatype) * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) c[i] = PMPI_Type_f2c(f[i]);
+    return c;
+}
+
 MPI_Datatype *nm_f2c_types(const MPI_Fint *f, MPI_Comm comm)
 {
     int n = 0, inter = 0;
     PMPI_Comm_test_inter(comm, &inter);
     if (inter) PMPI_Comm_remote_size(comm, &n); else PMPI_Comm_size(comm, &n);
-    MPI_Datatype *c = (MPI_Datatype *)malloc(sizeof(MPI_Datatype) * (size_t)(n > 0 ? n : 1));
-    for (int i = 0; i < n; i++) c[i] = PMPI_Type_f2c(f[i]);
-    return c;
+    return f2c_types_n(f, n);
 }
 
 MPI_Datatype *nm_f2c_neighbor_types(const MPI_Fint *f, MPI_Comm comm, int sending)
 {
     int nin = 0, nout = 0;
     if (!nm_neighbor_degrees(comm, &nin, &nout)) nin = nout = 0;  /* the real MPI reports it */
-    const int n = sending ? nout : nin;
-    MPI_Datatype *c = (MPI_Datatype *)malloc(sizeof(MPI_Datatype) * (size_t)(n > 0 ? n : 1));
-    for (int i = 0; i < n; i++) c[i] = PMPI_Type_f2c(f[i]);
-    return c;
+    return f2c_types_n(f, sending ? nout : nin);
 }
 
 MPI_Request *nm_f2c_reqs(const MPI_Fint *f, int n)

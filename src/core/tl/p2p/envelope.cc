@@ -29,7 +29,6 @@ namespace ncclmpi {
 
 namespace {
 
-bool on = false;
 bool device_mode = false;  // device sends go as envelopes (else host ones: the test mode)
 uint64_t nonce[2];
 int my_wrank = 0;
@@ -246,8 +245,8 @@ bool decode(const char *wire, Envelope *e)
 
 void env_init()
 {
-    on = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0;
-    if (!on) return;
+    nm_env_active = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0;
+    if (!nm_env_active) return;
     device_mode = !strcmp(nm_cfg.P2P_ENVELOPE, "device");
     PMPI_Comm_rank(MPI_COMM_WORLD, &my_wrank);
     // every rank on one node (the pull reads another process's memory), with CUDA for device mode
@@ -260,7 +259,8 @@ void env_init()
     PMPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     if (all[0] != mine[0] || all[1] != mine[1]) {  // (every rank still decodes: a no-op then)
         NM_INFO(INIT, "point-to-point envelopes off: ranks on several nodes");
-        on = device_mode = false;
+        nm_env_active = 0;
+        device_mode = false;
         return;
     }
     if (my_wrank == 0) {
@@ -278,12 +278,11 @@ void env_init()
             (size_t)nm_cfg.P2P_ENVELOPE_MIN);
 }
 
-bool env_on() { return on; }
 bool env_device() { return device_mode; }
 
 bool env_comm(MPI_Comm comm)
 {
-    if (!on || comm == MPI_COMM_NULL) return false;
+    if (!nm_env_active || comm == MPI_COMM_NULL) return false;
     int inter = 0;
     PMPI_Comm_test_inter(comm, &inter);
     return !inter;
@@ -323,11 +322,38 @@ static int send_wire(nm_op_t *o, const Held &h, const Envelope &e)
     return rc;
 }
 
+// Whether a send of `bytes` contiguous bytes goes as an envelope (in either mode).
+static bool send_eligible(const nm_op_t *o, size_t bytes)
+{
+    return nm_env_active && !(o->flags & NM_OPF_PERS) && o->peer != MPI_PROC_NULL && o->kind == NM_OPK_SEND && send_mode(o->fn) &&
+           bytes >= (size_t)nm_cfg.P2P_ENVELOPE_MIN && bytes > NM_ENV_WIRE && env_comm(o->comm);
+}
+
+// The envelope of a payload that waits in h (transport, addr: where), held until its release,
+// sent in the call's mode.
+static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t addr, size_t bytes, const void *ipc)
+{
+    Envelope e{};
+    e.nonce[0] = nonce[0];
+    e.nonce[1] = nonce[1];
+    e.bytes = bytes;
+    e.addr = addr;
+    e.pid = (int32_t)getpid();
+    e.wrank = my_wrank;
+    e.transport = transport;
+    if (ipc) memcpy(e.ipc, ipc, sizeof(e.ipc));
+    {
+        std::lock_guard<std::mutex> g(mu);
+        e.id = next_id++;
+        held[e.id] = h;
+        sent_count++;
+    }
+    return send_wire(o, h, e);
+}
+
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
 {
-    if (!device_mode || (o->flags & NM_OPF_PERS) || o->peer == MPI_PROC_NULL || o->kind != NM_OPK_SEND || !send_mode(o->fn) ||
-        dev < 0 || dev >= 64 || bytes < (size_t)nm_cfg.P2P_ENVELOPE_MIN || bytes <= NM_ENV_WIRE || !env_comm(o->comm))
-        return 0;
+    if (!device_mode || dev < 0 || dev >= 64 || !send_eligible(o, bytes)) return 0;
     env_progress();  // blocks released since
     const long off = pool_alloc(dev, bytes);
     if (off < 0) return 0;
@@ -343,59 +369,27 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
         held_free(h);
         return 0;
     }
-    Envelope e{};
-    e.nonce[0] = nonce[0];
-    e.nonce[1] = nonce[1];
-    e.bytes = bytes;
-    e.addr = (uint64_t)off;
-    e.pid = (int32_t)getpid();
-    e.wrank = my_wrank;
-    e.transport = NM_ENV_IPC;
-    memcpy(e.ipc, &pools[dev].handle, sizeof(pools[dev].handle));
-    {
-        std::lock_guard<std::mutex> g(mu);
-        e.id = next_id++;
-        held[e.id] = h;
-        sent_count++;
-    }
-    *rc = send_wire(o, h, e);
+    *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
     return 1;
 }
 
 int env_send(nm_op_t *o, int *rc)
 {
-    const int fn = o->fn;
-    if (!on || device_mode || (o->flags & NM_OPF_PERS) || o->peer == MPI_PROC_NULL || o->kind != NM_OPK_SEND) return 0;
-    if (!send_mode(fn)) return 0;
+    if (device_mode) return 0;
     const DtypeInfo *d = dtype_info(o->stype);
-    if (!d || !d->contig || o->scount < 0 || !env_comm(o->comm)) return 0;
+    if (!d || !d->contig || o->scount < 0) return 0;
     MPI_Aint lo = 0, hi = 0;
     dtype_span(d, 0, o->scount, &lo, &hi);
     const size_t bytes = hi > lo ? (size_t)(hi - lo) : 0;
-    if (bytes < (size_t)nm_cfg.P2P_ENVELOPE_MIN || bytes <= NM_ENV_WIRE) return 0;
+    if (!send_eligible(o, bytes)) return 0;
     env_progress();  // free what was released
     Held h{(char *)malloc(bytes), (char *)calloc(1, NM_ENV_WIRE + 3)};
     if (!h.payload || !h.wire) {
-        free(h.payload);
-        free(h.wire);
+        held_free(h);
         return 0;  // the real MPI sends it as it is
     }
     memcpy(h.payload, (const char *)o->sbuf + lo, bytes);
-    Envelope e{};
-    e.nonce[0] = nonce[0];
-    e.nonce[1] = nonce[1];
-    e.bytes = bytes;
-    e.addr = (uint64_t)(uintptr_t)h.payload;
-    e.pid = (int32_t)getpid();
-    e.wrank = my_wrank;
-    e.transport = NM_ENV_HOST;
-    {
-        std::lock_guard<std::mutex> g(mu);
-        e.id = next_id++;
-        held[e.id] = h;
-        sent_count++;
-    }
-    *rc = send_wire(o, h, e);
+    *rc = send_held(o, h, NM_ENV_HOST, (uint64_t)(uintptr_t)h.payload, bytes, nullptr);
     return 1;
 }
 
@@ -496,7 +490,7 @@ static int deliver(Entry &e, void *buf, int count, MPI_Datatype type, MPI_Comm c
 
 int env_finish(const Decode &d, MPI_Status *st)
 {
-    if (!on || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
+    if (!nm_env_active || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
     const DtypeInfo *di = dtype_info(d.type);
     if (!di || d.count <= 0) return MPI_SUCCESS;
     MPI_Aint lo = 0, hi = 0;
@@ -508,13 +502,13 @@ int env_finish(const Decode &d, MPI_Status *st)
 int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct)
 {
     *direct = false;
-    if (!on || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
+    if (!nm_env_active || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
     return finish_at((char *)at, cap, true, nullptr, st, dev_at, direct);
 }
 
 void env_progress()
 {
-    if (!on) return;
+    if (!nm_env_active) return;
     std::unique_lock<std::mutex> g(mu, std::try_to_lock);
     if (!g.owns_lock()) return;
     for (size_t i = 0; i < releases.size();) {
@@ -544,7 +538,7 @@ void env_progress()
 
 void env_drain()
 {
-    if (!on) return;
+    if (!nm_env_active) return;
     NM_INFO(CALL, "%llu point-to-point message(s) went as envelopes", sent_count);
     const double t0 = nm_now_s();
     for (;;) {
@@ -724,6 +718,8 @@ int env_recv_queued(nm_op_t *o, int *rc)
 }
 
 }  // namespace ncclmpi
+
+int nm_env_active = 0;
 
 using namespace ncclmpi;
 

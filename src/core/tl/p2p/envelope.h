@@ -46,7 +46,10 @@ static_assert(sizeof(Envelope) <= NM_ENV_WIRE, "an envelope fits its wire size")
 
 // MPI_Init (collective on MPI_COMM_WORLD): draws and shares the nonce when envelopes are on.
 void env_init();
-bool env_on();
+}  // namespace ncclmpi
+extern "C" int nm_env_active;  // envelopes are on (read on every host call: no function call)
+namespace ncclmpi {
+inline bool env_on() { return nm_env_active != 0; }
 // Whether communicator comm may carry envelopes (an intracommunicator, envelopes on).
 bool env_comm(MPI_Comm comm);
 

@@ -45,6 +45,7 @@ struct Pers {
 std::mutex mu;
 std::unordered_map<MPI_Request, Pers> table;
 std::atomic<int> registered{0};  // table's size, read without the lock (most calls find none)
+std::atomic<int> ndetached{0};   // detached's size, likewise
 // freed while active: the real MPI's request (not freed yet, so that it can be tested) and stage
 std::vector<std::pair<MPI_Request, Pers>> detached;
 
@@ -233,6 +234,7 @@ int pers_free(MPI_Request *req, int *rc)
     registered.store((int)table.size(), std::memory_order_release);
     if (p.active) {  // completes in the background: tested by pers_progress, then freed
         detached.emplace_back(*req, p);
+        ndetached.store((int)detached.size(), std::memory_order_release);
         *req = MPI_REQUEST_NULL;
         *rc = MPI_SUCCESS;
         return 1;
@@ -250,6 +252,7 @@ void pers_progress()
         Pers p;
         MPI_Status st;
     };
+    if (registered.load(std::memory_order_acquire) == 0 && ndetached.load(std::memory_order_acquire) == 0) return;
     std::vector<Done> done;
     {
         std::unique_lock<std::mutex> g(mu, std::try_to_lock);
@@ -266,6 +269,7 @@ void pers_progress()
                 done.push_back(Done{detached[i].first, detached[i].second, st});
                 detached[i] = detached.back();
                 detached.pop_back();
+                ndetached.store((int)detached.size(), std::memory_order_release);
             } else {
                 i++;
             }
