@@ -459,16 +459,13 @@ static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *st
     return MPI_ERR_IN_STATUS;
 }
 
-// Staged persistent requests among a completion call's (persistent.h): their handles before the
-// real MPI completes them, and statuses of our own where the caller ignores them (a receive gets
-// back the bytes its status counts). done() runs the copies back of the completed ones: m of them
-// at indices idx (all n when idx is null); a failed copy becomes the call's error.
+// Staged persistent requests among a completion call's (persistent.h): statuses of our own where
+// the caller ignores them (a receive gets back the bytes its status counts); done() runs the
+// copies back of the completed ones, by their handles before the call (the Reporting's): m of
+// them at indices idx (all when idx is null); a failed copy becomes the call's error.
 class PersScope {
   public:
-    PersScope(int n, const MPI_Request *reqs) : any_(pers_owns(n, reqs))
-    {
-        if (any_) before_.assign(reqs, reqs + n);
-    }
+    PersScope(const Reporting &r, int n, const MPI_Request *reqs) : r_(r), n_(n), any_(pers_owns(n, reqs)) {}
     MPI_Status *statuses(MPI_Status *user, int n)
     {
         if (!any_ || user != MPI_STATUSES_IGNORE) return user;
@@ -480,17 +477,18 @@ class PersScope {
         if (!any_ || (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || m == MPI_UNDEFINED) return rc;
         for (int k = 0; k < m; k++) {
             const int i = idx ? idx[k] : k;
-            if (i < 0 || i >= (int)before_.size()) continue;
+            if (i < 0 || i >= n_) continue;
             if (rc == MPI_ERR_IN_STATUS && sts[k].MPI_ERROR != MPI_SUCCESS) continue;  // failed or pending
-            int e = pers_completed(before_[i], &sts[k]);
+            int e = pers_completed(r_.before(i), &sts[k]);
             if (e != MPI_SUCCESS && rc == MPI_SUCCESS) rc = e;
         }
         return rc;
     }
 
   private:
+    const Reporting &r_;
+    int n_;
     bool any_;
-    std::vector<MPI_Request> before_;
     std::vector<MPI_Status> own_;
 };
 
@@ -499,7 +497,7 @@ extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
     if (int e = open_group_error(1, req, "Wait")) return e;
     flush_for_wait(1, req, true);
     Reporting r(1, req);
-    PersScope ps(1, req);
+    PersScope ps(r, 1, req);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = wait_loop([&](int *d) { return PMPI_Test(req, d, st); });
     return report_one(r, 0, status, ps.done(rc, 1, nullptr, st));
@@ -510,7 +508,7 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
     if (int e = open_group_error(n, reqs, "Waitall")) return e;
     flush_for_wait(n, reqs, true);
     Reporting r(n, reqs);
-    PersScope ps(n, reqs);
+    PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, st); });
     return report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st));
@@ -521,7 +519,7 @@ extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *
     if (int e = open_group_error(n, reqs, "Waitany")) return e;
     flush_for_wait(n, reqs, false);
     Reporting r(n, reqs);
-    PersScope ps(n, reqs);
+    PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
     if (*idx != MPI_UNDEFINED) rc = ps.done(rc, 1, idx, st);
@@ -533,7 +531,7 @@ extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[],
     if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
     Reporting r(n, reqs);
-    PersScope ps(n, reqs);
+    PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = wait_loop([&](int *d) {
         int rc = PMPI_Testsome(n, reqs, outc, idx, st);
@@ -549,7 +547,7 @@ extern "C" int nm_wait_test(MPI_Request *req, int *flag, MPI_Status *status)
     if (int e = open_group_error(1, req, "Test")) return e;
     nm_progress();
     Reporting r(1, req);
-    PersScope ps(1, req);
+    PersScope ps(r, 1, req);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = PMPI_Test(req, flag, st);
     return *flag ? report_one(r, 0, status, ps.done(rc, 1, nullptr, st)) : rc;
@@ -560,7 +558,7 @@ extern "C" int nm_wait_testall(int n, MPI_Request reqs[], int *flag, MPI_Status 
     if (int e = open_group_error(n, reqs, "Testall")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    PersScope ps(n, reqs);
+    PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = PMPI_Testall(n, reqs, flag, st);
     return *flag ? report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st)) : rc;
@@ -571,7 +569,7 @@ extern "C" int nm_wait_testany(int n, MPI_Request reqs[], int *idx, int *flag, M
     if (int e = open_group_error(n, reqs, "Testany")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    PersScope ps(n, reqs);
+    PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = PMPI_Testany(n, reqs, idx, flag, st);
     return *flag && *idx != MPI_UNDEFINED ? report_one(r, *idx, status, ps.done(rc, 1, idx, st)) : rc;
@@ -582,7 +580,7 @@ extern "C" int nm_wait_testsome(int n, MPI_Request reqs[], int *outc, int idx[],
     if (int e = open_group_error(n, reqs, "Testsome")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    PersScope ps(n, reqs);
+    PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = PMPI_Testsome(n, reqs, outc, idx, st);
     return report_many(r, *outc, idx, sts, ps.done(rc, *outc, idx, st));
