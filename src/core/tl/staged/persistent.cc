@@ -102,15 +102,20 @@ void release(Pers &p)
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
 }
 
+void insert(MPI_Request req, const Pers &p)
+{
+    std::lock_guard<std::mutex> g(mu);
+    table[req] = p;
+    registered.store((int)table.size(), std::memory_order_release);
+    // the Start, Wait and Test wrappers take their slow path while one exists
+    __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+}
+
 }  // namespace
 
 void pers_register(MPI_Request req, Stage *s, MPI_Comm comm)
 {
-    std::lock_guard<std::mutex> g(mu);
-    table[req] = Pers{s, comm, false, false, nullptr};
-    registered.store((int)table.size(), std::memory_order_release);
-    // the Start, Wait and Test wrappers take their slow path while one exists
-    __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    insert(req, Pers{s, comm, false, false, nullptr});
 }
 
 bool pers_owns(int n, const MPI_Request *reqs)
@@ -191,10 +196,7 @@ int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
         if (s) stage_release(s);
         return rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM;
     }
-    std::lock_guard<std::mutex> g(mu);
-    table[*o->req] = Pers{s, o->comm, false, false, em};
-    registered.store((int)table.size(), std::memory_order_release);
-    __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    insert(*o->req, Pers{s, o->comm, false, false, em});
     return MPI_SUCCESS;
 }
 
