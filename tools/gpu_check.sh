@@ -10,6 +10,8 @@
 #             one-shot kernels (NM_SANITIZE_TESTS="NP [VAR=VALUE] PROG ARGS;...",
 #             NM_SANITIZE_TOOLS to choose; gpu_coll --only NAME --trace narrows a report to a case)
 #   hazard  the hazard suite only
+#   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
+#           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
 #   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench and classify_cost at
 #           one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
@@ -45,6 +47,17 @@ ctest_run() {  # label regex, time limit
 }
 case "$mode" in
 hazard) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;  # the label includes the hazard suite
+p2p)
+  timeout "${NM_CTEST_LIMIT:-300}" ctest -L gpu -R "gpu_(p2p|persist|neighbor)" --output-on-failure -j1 --timeout 120 > "$OUT/ctest.log" 2>&1
+  echo "== ctest (p2p): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+  grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Not Run|\*\*\*)" "$OUT/ctest.log" | head -40
+  cp Testing/Temporary/LastTest.log "$OUT/" 2>/dev/null
+  for env in off device; do
+    echo "== p2p_bench np=$ngpu NCCLMPI_P2P_ENVELOPE=$env"
+    NCCLMPI_P2P_ENVELOPE=$env timeout 200 $run -x NCCLMPI_P2P_ENVELOPE -np "$ngpu" ./bench/p2p_bench -b 8 -e 32M -f 4 \
+      ${NM_P2P_BENCH_ARGS:-} -o "$OUT/p2p_np${ngpu}_$env.csv" 2>&1 | tee "$OUT/p2p_np${ngpu}_$env.txt"
+  done
+  exit 0 ;;
 tests) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;
 full) ctest_run "unit|mpi|gpu" "${NM_CTEST_LIMIT:-520}" ;;
 quick) ctest_run gpu "${NM_CTEST_LIMIT:-400}" ;;

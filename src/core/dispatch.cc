@@ -314,7 +314,7 @@ int envelope_host(nm_op_t *o, int *rc)
     if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV && o->kind != NM_OPK_SENDRECV &&
         o->kind != NM_OPK_SENDRECV_REPLACE)
         return 0;
-    if (env_recv_queued(o, rc)) return 1;  // a message a probe took out of matching
+    if (env_recv_queued(o, rc, nullptr)) return 1;  // a message a probe took out of matching
     if (o->kind != NM_OPK_MRECV && !env_comm(o->comm)) return 0;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
     Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
@@ -453,6 +453,8 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
             return 1;
         }
         if (env_on() && envelope_recv_init(o, s, rc)) return 1;
+        // a message a probe took out of matching goes into the shadows
+        if (env_on() && !(o->flags & NM_OPF_PERS) && env_recv_queued(o, rc, s)) return 1;
         return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave
     }
     case NCCLMPI_ROUTE_ERROR: {
@@ -522,7 +524,8 @@ extern "C" int nm_leave_slow(nm_op_t *o, int rc)
     }
     nm_status_t st = stage_finish(s, o->status);
     stage_release(s);
-    return st == NM_OK ? rc : raise_error(o, st, "copy back to the device failed");
+    if (st == NM_OK) return rc;
+    return raise_error(o, st, st == NM_ERR_TRUNCATE ? "the message is larger than the receive buffer" : "copy back to the device failed");
 }
 
 extern "C" void nm_sync(int fn, MPI_Comm comm, int blocking_collective)

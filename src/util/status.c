@@ -19,6 +19,7 @@ const char *nm_status_str(nm_status_t st)
     case NM_ERR_UNSUPPORTED: return "not supported";
     case NM_ERR_INTERNAL: return "internal error";
     case NM_ERR_MPI: return "MPI error";
+    case NM_ERR_TRUNCATE: return "message truncated";
     }
     return "unknown status";
 }

@@ -21,7 +21,8 @@ typedef enum {
     NM_ERR_TIMEOUT = -11,    /* timeout: MPI_ERR_OTHER */
     NM_ERR_UNSUPPORTED = -12,/* not supported on device buffers yet: MPI_ERR_UNSUPPORTED_OPERATION */
     NM_ERR_INTERNAL = -13,   /* MPI_ERR_INTERN */
-    NM_ERR_MPI = -14         /* the real MPI failed; its code is kept beside */
+    NM_ERR_MPI = -14,        /* the real MPI failed; its code is kept beside */
+    NM_ERR_TRUNCATE = -15    /* a message larger than its receive buffer: MPI_ERR_TRUNCATE */
 } nm_status_t;
 
 const char *nm_status_str(nm_status_t st);

@@ -134,4 +134,19 @@ static inline void get_bytes(int kind, void *dst, const void *src, size_t n)
     else
         CUDACHECK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
 }
+
+/* the same through a stream that does not wait for the legacy default stream: a blocking MPI call
+ * must have finished writing its receive buffer when it returned, not only queued the writes
+ * there (a cudaMemcpy would wait for them) */
+static inline void get_bytes_unordered(int kind, void *dst, const void *src, size_t n)
+{
+    static cudaStream_t s;
+    if (kind == MK_MALLOC) {
+        memcpy(dst, src, n);
+        return;
+    }
+    if (!s) CUDACHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDACHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s));
+    CUDACHECK(cudaStreamSynchronize(s));
+}
 #endif

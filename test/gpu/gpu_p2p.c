@@ -109,7 +109,7 @@ static void *rb_ptr(const rbuf_t *b) { return b->base + GUARD; }
 static void rb_check(const rbuf_t *b, int src, int tag, int seq, size_t count, const char *what)
 {
     unsigned char *h = malloc(b->cap + 2 * GUARD);
-    get_bytes(b->kind, h, b->base, b->cap + 2 * GUARD);
+    get_bytes_unordered(b->kind, h, b->base, b->cap + 2 * GUARD);
     for (size_t i = 0; i < GUARD; i++)
         if (h[i] != POISON || h[GUARD + b->cap + i] != POISON) {
             fail("%s: a guard byte around the %zu-byte %s buffer was written", what, b->cap, mk_name[b->kind]);

@@ -25,7 +25,7 @@ static void fill(int kind, void *p, int byte, size_t n)
 static int check_recv(int kind, const void *dr, int byte, const char *what, int it)
 {
     static unsigned char h[(N + GUARD) * sizeof(int)];
-    get_bytes(kind, h, dr, sizeof(h));
+    get_bytes_unordered(kind, h, dr, sizeof(h));
     for (size_t i = 0; i < sizeof(h); i++) {
         const int want = i < N * sizeof(int) ? byte : 0x5A;
         if (h[i] != (unsigned char)want) {

@@ -74,6 +74,7 @@ int nm_error_class(nm_status_t st)
     case NM_ERR_NO_MEM: return MPI_ERR_NO_MEM;
     case NM_ERR_UNSUPPORTED: return MPI_ERR_UNSUPPORTED_OPERATION;
     case NM_ERR_INTERNAL: return MPI_ERR_INTERN;
+    case NM_ERR_TRUNCATE: return MPI_ERR_TRUNCATE;
     default: return MPI_ERR_OTHER;
     }
 }
@@ -214,8 +215,10 @@ bool Task::poll(uint64_t sweep)
     has_status_ = true;
     int cancelled = 0;  // a cancelled receive wrote nothing: nothing goes back
     if (rc == MPI_SUCCESS) PMPI_Test_cancelled(&inner_status_, &cancelled);
-    if (rc == MPI_SUCCESS && stage_ && !cancelled)
-        rc = stage_finish(stage_, &inner_status_) == NM_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
+    if (rc == MPI_SUCCESS && stage_ && !cancelled) {
+        const nm_status_t st = stage_finish(stage_, &inner_status_);
+        rc = st == NM_OK ? MPI_SUCCESS : st == NM_ERR_TRUNCATE ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+    }
     if (rc == MPI_SUCCESS && decode_ && !cancelled) rc = env_finish(*decode_, &inner_status_);
     complete(rc);
     return true;

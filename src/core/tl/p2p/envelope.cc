@@ -204,18 +204,25 @@ void release(int wrank, uint32_t id)
 // Pull n bytes of e's payload into dst (host or device memory). false when it cannot (another
 // node, ptrace restrictions, no peer access).
 bool pull_host(void *dst, int pid, uint64_t addr, size_t n);
+// A copy out of a device pool, complete when it returns (cuMemcpy between device buffers returns
+// before the copy is done: the receive would end early, and the sender could reuse the block
+// before it was read), after the application's work on the legacy stream, as staged copies are.
+static bool pool_copy(void *dst, CUdeviceptr src, size_t n)
+{
+    return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
+           cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+}
 bool pull(void *dst, const Envelope &e, size_t n)
 {
     if (e.transport == NM_ENV_HOST) return pull_host(dst, e.pid, e.addr, n);
     if (!n) return true;
     if (e.pid == getpid()) {  // our own pool
         for (auto &p : pools)
-            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle)))
-                return cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, p.base + e.addr, n) == CUDA_SUCCESS;
+            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle))) return pool_copy(dst, p.base + e.addr, n);
         return false;
     }
     CUdeviceptr base = peer_pool(e);
-    return base && cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, base + e.addr, n) == CUDA_SUCCESS;
+    return base && pool_copy(dst, base + e.addr, n);
 }
 
 bool pull_host(void *dst, int pid, uint64_t addr, size_t n)
@@ -659,7 +666,7 @@ int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_R
     return 0;
 }
 
-int env_recv_queued(nm_op_t *o, int *rc)
+int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
 {
     Entry e;
     if (o->kind == NM_OPK_MRECV) {
@@ -680,6 +687,7 @@ int env_recv_queued(nm_op_t *o, int *rc)
     const bool nb = (o->flags & NM_OPF_NB) != 0;
     if (nb && e.kind == Entry::HANDLE) {  // the real MPI's own request
         *rc = PMPI_Imrecv(o->rbuf, o->rcount, o->rtype, &e.msg, o->req);
+        if (s) *rc = nm_leave_slow(o, *rc);  // the copy back waits for it
         return 1;
     }
     // the send of MPI_Sendrecv(_replace) goes first (nonblocking), from a copy for _replace
@@ -705,11 +713,22 @@ int env_recv_queued(nm_op_t *o, int *rc)
         d->has_preset = true;
         d->preset = st;
         d->preset_rc = r;
-        o->stage = reinterpret_cast<struct nm_stage *>(d);
-        o->flags |= NM_OPF_DECODE;
+        if (s) {
+            stage_set_decode(s, d);  // stays STAGED: the copy back reports it
+        } else {
+            o->stage = reinterpret_cast<struct nm_stage *>(d);
+            o->flags |= NM_OPF_DECODE;
+        }
         *rc = PMPI_Irecv(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, o->req);
         *rc = nm_leave_slow(o, *rc);
         return 1;
+    }
+    if (s) {  // what fits went into the shadows: back to the device
+        o->flags &= ~NM_OPF_STAGED;
+        o->stage = nullptr;
+        const nm_status_t fs = stage_finish(s, &st);
+        stage_release(s);
+        if (r == MPI_SUCCESS && fs != NM_OK && fs != NM_ERR_TRUNCATE) r = MPI_ERR_OTHER;
     }
     if (o->status && o->status != MPI_STATUS_IGNORE) *o->status = st;
     if (r != MPI_SUCCESS && o->comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(o->comm, r);

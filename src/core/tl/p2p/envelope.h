@@ -84,8 +84,11 @@ int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *d
 
 // A receive that a message taken out of matching by a probe satisfies (the probe queue, or a
 // message handle ncclmpi made for MPI_Mprobe): delivered now, 1 with *rc (a nonblocking call gets
-// a request that completes at once). 0: the real MPI receives.
-int env_recv_queued(nm_op_t *o, int *rc);
+// a request that completes at once). 0: the real MPI receives. s: the stage of a receive into
+// device memory (o's buffers are its host shadows): what is delivered there goes back to the
+// device, when the call returns or when its request completes.
+struct Stage;
+int env_recv_queued(nm_op_t *o, int *rc, Stage *s);
 
 // Persistent receives on a communicator that may carry envelopes are ncclmpi's (persistent.cc):
 // the application's request receives from a private communicator, where ncclmpi forwards what

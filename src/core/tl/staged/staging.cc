@@ -282,6 +282,12 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
     return NM_OK;
 }
 
+void stage_set_decode(Stage *s, Decode *d)
+{
+    delete s->decode;
+    s->decode = d;
+}
+
 nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
 {
     if (!s->dev) return NM_OK;
@@ -289,11 +295,14 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
     Lane *l = s->lane;  // lanes live as long as the process
     if (!l) return NM_ERR_CUDA;
     nm_status_t st = NM_OK;
-    bool copied = false;
+    bool copied = false, truncated = false;
     // an envelope received into a non-contiguous buffer: its payload into the shadow, through the
-    // datatype, before the shadow goes back whole
-    if (s->decode && recv_status && recv_status != MPI_STATUS_IGNORE && env_finish(*s->decode, recv_status) != MPI_SUCCESS)
-        return NM_ERR_MPI;
+    // datatype, before the shadow goes back whole (a truncated one: what fits goes back)
+    if (s->decode && recv_status && recv_status != MPI_STATUS_IGNORE) {
+        const int rc = env_finish(*s->decode, recv_status);
+        if (rc == MPI_ERR_TRUNCATE) truncated = true;
+        else if (rc != MPI_SUCCESS) return NM_ERR_MPI;
+    }
     for (int i = 0; i < s->n && st == NM_OK; i++) {
         if (!(s->r[i].dir & BUF_OUT)) continue;
         size_t len = s->r[i].len;
@@ -302,7 +311,9 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
         // device payload straight into the device buffer (nothing left to copy back)
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE && env_on()) {
             bool direct = false;
-            if (env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct) != MPI_SUCCESS) return NM_ERR_MPI;
+            const int rc = env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct);
+            if (rc == MPI_ERR_TRUNCATE) truncated = true;
+            else if (rc != MPI_SUCCESS) return NM_ERR_MPI;
             if (direct) continue;
         }
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE &&
@@ -316,7 +327,7 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
         }
     }
     if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
-    return st;
+    return st == NM_OK && truncated ? NM_ERR_TRUNCATE : st;
 }
 
 // The buffer of one side of a pipelined call: where its element 0 is, its type, its memory.

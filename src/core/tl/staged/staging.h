@@ -10,6 +10,7 @@
 #include "util/status.h"
 
 namespace ncclmpi {
+struct Decode;
 
 // One device's context and the NUMA node nearest to it (shared by every thread).
 struct Device {
@@ -47,6 +48,9 @@ bool stage_has_out(const Stage *s);
 // point-to-point receive's status, so that only the bytes received go back (null: all).
 nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
 void stage_release(Stage *s);
+// A staged receive that a message taken out of matching by a probe satisfied when it was made:
+// stage_finish reports d's preset status and code (d is the stage's now).
+void stage_set_decode(Stage *s, Decode *d);
 
 struct OpCtx;
 // Large blocking elementwise collectives (allreduce, reduce, bcast, scan) on device buffers:
