@@ -72,31 +72,44 @@ sanitize)
   for sc in layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first empty_scatterv \
             bottom signature_pipelined threads first_nb_crossing comm_free_outstanding dup_churn progress \
             coalesce_triggers explicit_group fuzz; do hz="$hz;2 gpu_hazard $sc"; done
-  list=${NM_SANITIZE_TESTS:-"2 gpu_coll --only Alltoall --trace;2 gpu_coll --quick;3 gpu_coll --quick;2 gpu_oneshot --quick;2 gpu_misc;2 gpu_stream;2 gpu_reject;2 gpu_p2p --seed 1;3 gpu_p2p --seed 2;2 gpu_persist --iters 100;2 gpu_neighbor;3 gpu_neighbor;3 gpu_hazard layout_bcast;3 gpu_hazard threads;2 NCCLMPI_AGREE=1 gpu_hazard agree_mixed;2 NCCLMPI_AGREE=1 gpu_hazard uint8_sum$hz"}
-  IFS=';'; set -f; tests=$list; for t in $tests; do IFS=' '
-    set -- $t; np=$1; shift
+  list=${NM_SANITIZE_TESTS:-"2 gpu_coll --only Alltoall --trace;2 gpu_coll --quick;3 gpu_coll --quick;2 gpu_oneshot --quick;2 gpu_misc;2 gpu_stream;2 gpu_reject;2 gpu_p2p --seed 1;3 gpu_p2p --seed 2;2 gpu_persist --iters 100;2 gpu_neighbor;3 gpu_neighbor;3 gpu_hazard layout_bcast;3 gpu_hazard threads;2 NCCLMPI_AGREE=1 gpu_hazard agree_mixed;2 NCCLMPI_AGREE=1 gpu_hazard uint8_sum;2 NCCLMPI_P2P_ENVELOPE=device NCCLMPI_P2P_ENVELOPE_MIN=4096 gpu_p2p --seed 32$hz"}
+  mc_one() {  # one entry of the list, its report appended to log $2
+    local t=$1 log=$2 np envs prog
+    set -f; set -- $t; set +f; np=$1; shift
     envs=""
     while [ $# -gt 0 ] && [ "${1#*=}" != "$1" ]; do envs="$envs $1"; shift; done
     prog=$1; shift
-    log="$OUT/sanitize.log"
     echo "== memcheck np=$np$envs $prog $*" >> "$log"
-    env $envs timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh "$np" preload "$cs" --tool memcheck --report-api-errors no --target-processes all --error-exitcode 9 \
+    env $envs timeout "${NM_SANITIZE_LIMIT:-240}" test/run_mpi.sh "$np" preload "$cs" --tool memcheck --report-api-errors no --target-processes all --error-exitcode 9 \
       --print-limit 20 "test/gpu/$prog" "$@" >> "$log" 2>&1
-    echo "== memcheck np=$np$envs $prog $*: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$log") clean summaries so far)"
-  done; IFS=' '; set +f
-  # ncclmpi's own kernels (the one-shot path): shared-memory races and barrier misuse
-  for tool in ${NM_SANITIZE_TOOLS:-racecheck synccheck}; do
-    echo "== $tool np=2 gpu_oneshot --quick" >> "$OUT/sanitize.log"
-    timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 preload "$cs" --tool "$tool" --target-processes all --error-exitcode 9 \
-      --print-limit 20 --kernel-name kns=nm_os_ test/gpu/gpu_oneshot --quick >> "$OUT/sanitize.log" 2>&1
-    echo "== $tool np=2 gpu_oneshot --quick: exit $?"
+    local rc=$?
+    echo "== memcheck np=$np$envs $prog $*: exit $rc (error summaries: $(grep -h 'ERROR SUMMARY' "$log" | tail -${np} | sed 's/.*SUMMARY: //' | tr '\n' ' '))"
+  }
+  # NM_SANITIZE_JOBS lists at once (the machine has cores to spare; memcheck is CPU-bound)
+  jobs=${NM_SANITIZE_JOBS:-6}
+  declare -a shard
+  i=0
+  IFS=';'; for t in $list; do shard[$((i % jobs))]+="$t;"; i=$((i + 1)); done; IFS=' '
+  for ((j = 0; j < jobs; j++)); do
+    ( IFS=';'; for t in ${shard[$j]:-}; do IFS=' '; mc_one "$t" "$OUT/sanitize.$j.log"; IFS=';'; done ) &
   done
-  # the control: raw NCCL alone (no ncclmpi) under the same memcheck, to tell NCCL's own reports
-  echo "== memcheck control: raw NCCL alltoall and allreduce, no ncclmpi" >> "$OUT/sanitize.log"
-  timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 plain "$cs" --tool memcheck --report-api-errors no \
-    --target-processes all --print-limit 20 bench/coll_bench -r 1 -c alltoall,allreduce -b 8 -e 1M -f 64 \
-    -o "$OUT/control.csv" >> "$OUT/sanitize.log" 2>&1
-  echo "== memcheck control (raw NCCL): exit $?"
+  {
+    # ncclmpi's own kernels (the one-shot path): shared-memory races and barrier misuse
+    for tool in ${NM_SANITIZE_TOOLS:-racecheck synccheck}; do
+      echo "== $tool np=2 gpu_oneshot --quick" >> "$OUT/sanitize.k.log"
+      timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 preload "$cs" --tool "$tool" --target-processes all --error-exitcode 9 \
+        --print-limit 20 --kernel-name kns=nm_os_ test/gpu/gpu_oneshot --quick >> "$OUT/sanitize.k.log" 2>&1
+      echo "== $tool np=2 gpu_oneshot --quick: exit $?"
+    done
+    # the control: raw NCCL alone (no ncclmpi) under the same memcheck, to tell NCCL's own reports
+    echo "== memcheck control: raw NCCL alltoall and allreduce, no ncclmpi" >> "$OUT/sanitize.k.log"
+    timeout "${NM_SANITIZE_LIMIT:-150}" test/run_mpi.sh 2 plain "$cs" --tool memcheck --report-api-errors no \
+      --target-processes all --print-limit 20 bench/coll_bench -r 1 -c alltoall,allreduce -b 8 -e 1M -f 64 \
+      -o "$OUT/control.csv" >> "$OUT/sanitize.k.log" 2>&1
+    echo "== memcheck control (raw NCCL): exit $?"
+  } &
+  wait
+  cat "$OUT"/sanitize.[0-9]*.log "$OUT/sanitize.k.log" > "$OUT/sanitize.log" 2>/dev/null
   grep -E "ERROR SUMMARY" "$OUT/sanitize.log" | sort | uniq -c
   exit 0 ;;
 esac

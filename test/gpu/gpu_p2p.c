@@ -101,6 +101,9 @@ static rbuf_t rb_new(int kind, size_t cap)
     memset(h, POISON, cap + 2 * GUARD);
     put_bytes(kind, b.base, h, cap + 2 * GUARD);
     free(h);
+    /* a cudaMemcpy from pageable memory may return before its DMA is done; rb_check reads
+     * through a stream that does not wait for it */
+    if (kind != MK_MALLOC) CUDACHECK(cudaDeviceSynchronize());
     return b;
 }
 static void *rb_ptr(const rbuf_t *b) { return b->base + GUARD; }
