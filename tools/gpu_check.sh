@@ -15,6 +15,7 @@
 #   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench and classify_cost at
 #           one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
+# NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls)
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 OUT=${OUT:-/tmp/nm-out}
@@ -24,6 +25,10 @@ mode=${1:-full}
 ngpu=$(nvidia-smi -L | wc -l)
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$OUT/machine.txt" 2>&1
 repo=$PWD
+if [ -n "${NM_REUSE_BUILD:-}" ] && [ -f /tmp/nm/build.done ]; then  # the previous call's build (same machine)
+  cd "$(cat /tmp/nm/build.done)" || exit 1
+  echo "== reusing the build in $PWD"
+else
 if ls "$repo"/.dist/ncclmpi-*.tar.gz >/dev/null 2>&1; then
   rm -rf /tmp/nm && mkdir -p /tmp/nm && tar -C /tmp/nm -xzf "$(ls "$repo"/.dist/ncclmpi-*.tar.gz | head -1)" &&
     cd /tmp/nm/ncclmpi-*/ || exit 1
@@ -34,6 +39,8 @@ if ! make -j"$(nproc)" >> "$OUT/build.log" 2>&1; then tail -60 "$OUT/build.log";
 make -j"$(nproc)" check TESTS= CTEST=true >> "$OUT/build.log" 2>&1   # build the test programs only
 make -j"$(nproc)" bench >> "$OUT/build.log" 2>&1 || tail -30 "$OUT/build.log"
 echo "== build ok: $(grep -m1 'NCCL ' "$OUT/build.log"); $(grep -m1 'kernels ' "$OUT/build.log")"
+mkdir -p /tmp/nm && echo "$PWD" > /tmp/nm/build.done
+fi
 
 lib=$PWD/.libs/libncclmpi.so
 ./tools/ncclmpi_info -a > "$OUT/info.txt" 2>&1

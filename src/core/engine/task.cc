@@ -118,6 +118,7 @@ void Task::recycle()
     stage_ = nullptr;
     has_status_ = false;
     inner_failed_ = false;
+    copying_ = false;
     mpi_rc_ = MPI_SUCCESS;
     why_.clear();
     failed_.store(NM_OK, std::memory_order_relaxed);
@@ -208,6 +209,16 @@ bool Task::poll(uint64_t sweep)
         }
         return true;
     }
+    auto stage_rc = [](nm_status_t st) {
+        return st == NM_OK ? MPI_SUCCESS : st == NM_ERR_TRUNCATE ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+    };
+    if (copying_) {  // the copy back is under way (the copies of every task polled overlap)
+        const nm_status_t st = stage_finish_poll(stage_, false);
+        if (st == NM_INPROGRESS) return false;
+        copying_ = false;
+        complete(stage_rc(st));
+        return true;
+    }
     int flag = 0;
     int rc = PMPI_Test(&inner_, &flag, &inner_status_);
     if (rc == MPI_SUCCESS && !flag) return false;
@@ -216,8 +227,12 @@ bool Task::poll(uint64_t sweep)
     int cancelled = 0;  // a cancelled receive wrote nothing: nothing goes back
     if (rc == MPI_SUCCESS) PMPI_Test_cancelled(&inner_status_, &cancelled);
     if (rc == MPI_SUCCESS && stage_ && !cancelled) {
-        const nm_status_t st = stage_finish(stage_, &inner_status_);
-        rc = st == NM_OK ? MPI_SUCCESS : st == NM_ERR_TRUNCATE ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+        const nm_status_t st = stage_finish_begin(stage_, &inner_status_);
+        if (st == NM_INPROGRESS) {
+            copying_ = true;
+            return false;
+        }
+        rc = stage_rc(st);
     }
     if (rc == MPI_SUCCESS && decode_ && !cancelled) rc = env_finish(*decode_, &inner_status_);
     complete(rc);

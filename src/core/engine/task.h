@@ -64,6 +64,7 @@ class Task {
     MPI_Status inner_status_;
     bool has_status_ = false;
     bool inner_failed_ = false;  // the real MPI's request failed (its Test called the handler)
+    bool copying_ = false;       // the inner request is done, the copy back under way
     int mpi_rc_ = MPI_SUCCESS;
     std::string why_;              // written before failed_ is published
     std::atomic<int> failed_{NM_OK};

@@ -212,17 +212,21 @@ static bool pool_copy(void *dst, CUdeviceptr src, size_t n)
     return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
            cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
-bool pull(void *dst, const Envelope &e, size_t n)
+// stream: the copy of a device payload is only queued there
+bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
 {
     if (e.transport == NM_ENV_HOST) return pull_host(dst, e.pid, e.addr, n);
     if (!n) return true;
+    CUdeviceptr base = 0;
     if (e.pid == getpid()) {  // our own pool
         for (auto &p : pools)
-            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle))) return pool_copy(dst, p.base + e.addr, n);
-        return false;
+            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle))) base = p.base;
+    } else {
+        base = peer_pool(e);
     }
-    CUdeviceptr base = peer_pool(e);
-    return base && pool_copy(dst, base + e.addr, n);
+    if (!base) return false;
+    if (stream) return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, base + e.addr, n, stream) == CUDA_SUCCESS;
+    return pool_copy(dst, base + e.addr, n);
 }
 
 bool pull_host(void *dst, int pid, uint64_t addr, size_t n)
@@ -404,12 +408,13 @@ int env_send(nm_op_t *o, int *rc)
 // buf/count/type when not contiguous), releases it, and sets *n to the bytes delivered. Returns an
 // MPI code (MPI_ERR_TRUNCATE when the payload does not fit).
 static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguous, void *buf, int count,
-                        MPI_Datatype type, MPI_Comm comm, size_t *n)
+                        MPI_Datatype type, MPI_Comm comm, size_t *n, CUstream stream = nullptr, EnvRelease *later = nullptr)
 {
     *n = std::min<size_t>(e.bytes, cap);
     bool ok;
+    const bool queued = contiguous && stream && later && e.transport == NM_ENV_IPC;
     if (contiguous) {
-        ok = pull(span, e, *n);
+        ok = pull(span, e, *n, queued ? stream : nullptr);
     } else {
         std::vector<char> tmp(*n);
         ok = pull(tmp.data(), e, *n);
@@ -418,7 +423,12 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
         const int elems = di && di->size ? (int)(*n / di->size) : 0;
         if (ok) ok = PMPI_Unpack(tmp.data(), (int)*n, &pos, buf, std::min(elems, count), type, comm) == MPI_SUCCESS;
     }
-    release(e.wrank, e.id);
+    if (queued && ok) {
+        later->wrank = e.wrank;
+        later->id = e.id;
+    } else {
+        release(e.wrank, e.id);  // (a payload that cannot be read is given back too)
+    }
     if (!ok) {
         NM_ERROR(CALL, "cannot read a point-to-point payload of %llu bytes from process %d", (unsigned long long)e.bytes, e.pid);
         return MPI_ERR_OTHER;
@@ -427,7 +437,7 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
 }
 
 static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, MPI_Status *st, void *dev_at = nullptr,
-                     bool *direct = nullptr)
+                     bool *direct = nullptr, CUstream stream = nullptr, EnvRelease *later = nullptr)
 {
     if (d && d->has_preset) {  // delivered from the probe queue when the call was made
         st->MPI_SOURCE = d->preset.MPI_SOURCE;
@@ -457,8 +467,10 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
         span = (char *)dev_at;
         *direct = true;
     }
+    const bool to_device = span == dev_at;  // (queued copies go to device memory only)
     int rc = pull_payload(e, span, cap, contiguous, d ? d->buf : nullptr, d ? d->count : 0,
-                          d ? d->type : MPI_DATATYPE_NULL, d ? d->comm : MPI_COMM_WORLD, &n);
+                          d ? d->type : MPI_DATATYPE_NULL, d ? d->comm : MPI_COMM_WORLD, &n, to_device ? stream : nullptr,
+                          later);
     if (rc == MPI_SUCCESS || rc == MPI_ERR_TRUNCATE) PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)n);
     return rc;
 }
@@ -506,11 +518,16 @@ int env_finish(const Decode &d, MPI_Status *st)
     return finish_at((char *)d.buf + lo, cap, di->contig, &d, st);
 }
 
-int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct)
+int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct, CUstream stream, EnvRelease *later)
 {
     *direct = false;
     if (!nm_env_active || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
-    return finish_at((char *)at, cap, true, nullptr, st, dev_at, direct);
+    return finish_at((char *)at, cap, true, nullptr, st, dev_at, direct, stream, later);
+}
+
+void env_release(const EnvRelease &r)
+{
+    if (r.id) release(r.wrank, r.id);
 }
 
 void env_progress()

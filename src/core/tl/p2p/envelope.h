@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cuda/cuda_api.h"
 #include "route/nm_op.h"
 
 namespace ncclmpi {
@@ -80,7 +81,15 @@ int env_finish(const Decode &d, MPI_Status *st);
 // The same for bytes that landed contiguously at `at` (a staged receive's host shadow of `cap`
 // bytes). dev_at: the device buffer the shadow stands for: a payload in a device pool goes there
 // directly (*direct set), else into the shadow.
-int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct);
+// With `stream`, a device payload's copy is only queued there: the caller sends *later (the
+// sender's leave to reuse the payload's memory) with env_release once the stream has done it.
+struct EnvRelease {
+    int wrank = -1;
+    uint32_t id = 0;  // 0: nothing to release
+};
+int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct, CUstream stream = nullptr,
+                     EnvRelease *later = nullptr);
+void env_release(const EnvRelease &r);
 
 // A receive that a message taken out of matching by a probe satisfies (the probe queue, or a
 // message handle ncclmpi made for MPI_Mprobe): delivered now, 1 with *rc (a nonblocking call gets

@@ -207,7 +207,38 @@ struct Stage {
     // its own before the receive completes)
     Decode *decode = nullptr;
     MPI_Datatype rtype_dup = MPI_DATATYPE_NULL;
+    // a copy back under way (stage_finish_begin): recorded after it; its result; the envelope
+    // payloads whose memory goes back to their senders once it is done
+    CUevent done_ev = nullptr;
+    nm_status_t fin = NM_OK;
+    EnvRelease rel[2];
 };
+
+// Events that mark the end of a copy back, per device (a copy back may end on another thread)
+static std::mutex ev_mu;
+static std::map<int, std::vector<CUevent>> ev_free;
+
+static CUevent ev_get(Device *d)
+{
+    {
+        std::lock_guard<std::mutex> g(ev_mu);
+        auto &v = ev_free[d->ordinal];
+        if (!v.empty()) {
+            CUevent e = v.back();
+            v.pop_back();
+            return e;
+        }
+    }
+    CUevent e = nullptr;
+    if (cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+    return e;
+}
+
+static void ev_put(Device *d, CUevent e)
+{
+    std::lock_guard<std::mutex> g(ev_mu);
+    ev_free[d->ordinal].push_back(e);
+}
 
 nm_status_t stage_copy_in(Stage *s)
 {
@@ -288,7 +319,7 @@ void stage_set_decode(Stage *s, Decode *d)
     s->decode = d;
 }
 
-nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
+nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
@@ -308,13 +339,16 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
         size_t len = s->r[i].len;
         MPI_Count got = MPI_UNDEFINED;
         // a receive that got an envelope (NCCLMPI_P2P_ENVELOPE): its payload into the shadow, or a
-        // device payload straight into the device buffer (nothing left to copy back)
+        // device payload straight into the device buffer, queued on the lane (nothing to copy back)
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE && env_on()) {
             bool direct = false;
-            const int rc = env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct);
+            const int rc = env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct, l->stream, &s->rel[i]);
             if (rc == MPI_ERR_TRUNCATE) truncated = true;
             else if (rc != MPI_SUCCESS) return NM_ERR_MPI;
-            if (direct) continue;
+            if (direct) {
+                copied = copied || s->rel[i].id;
+                continue;
+            }
         }
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE &&
             PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
@@ -326,8 +360,43 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
             copied = true;
         }
     }
-    if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
-    return st == NM_OK && truncated ? NM_ERR_TRUNCATE : st;
+    if (st == NM_OK && truncated) st = NM_ERR_TRUNCATE;
+    if (copied && (s->done_ev = ev_get(s->dev)) && cu.cuEventRecord(s->done_ev, l->stream) == CUDA_SUCCESS) {
+        s->fin = st;
+        return NM_INPROGRESS;
+    }
+    if (copied) {  // no event: wait here
+        if (s->done_ev) ev_put(s->dev, s->done_ev);
+        s->done_ev = nullptr;
+        NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+    }
+    for (auto &r : s->rel) {
+        env_release(r);
+        r = EnvRelease();
+    }
+    return st;
+}
+
+nm_status_t stage_finish_poll(Stage *s, bool wait)
+{
+    if (!s->done_ev) return s->fin;
+    DeviceGuard g(s->dev->ctx);
+    CUresult r = wait ? cu.cuEventSynchronize(s->done_ev) : cu.cuEventQuery(s->done_ev);
+    if (r == CUDA_ERROR_NOT_READY) return NM_INPROGRESS;
+    ev_put(s->dev, s->done_ev);
+    s->done_ev = nullptr;
+    if (r != CUDA_SUCCESS && s->fin == NM_OK) s->fin = NM_ERR_CUDA;
+    for (auto &x : s->rel) {  // the payloads are read: their senders may reuse the memory
+        env_release(x);
+        x = EnvRelease();
+    }
+    return s->fin;
+}
+
+nm_status_t stage_finish(Stage *s, MPI_Status *recv_status)
+{
+    nm_status_t st = stage_finish_begin(s, recv_status);
+    return st == NM_INPROGRESS ? stage_finish_poll(s, true) : st;
 }
 
 // The buffer of one side of a pipelined call: where its element 0 is, its type, its memory.
@@ -486,6 +555,7 @@ nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc)
 
 void stage_release(Stage *s)
 {
+    if (s->done_ev) stage_finish_poll(s, true);  // (a copy back still running: never under way past here)
     for (int i = 0; i < s->n; i++) pinned_put(s->r[i].host, s->r[i].cls);
     delete s->decode;
     if (s->rtype_dup != MPI_DATATYPE_NULL) PMPI_Type_free(&s->rtype_dup);

@@ -47,6 +47,11 @@ bool stage_has_out(const Stage *s);
 // Copy what the call wrote back to the device buffers (synchronous). recv_status: a
 // point-to-point receive's status, so that only the bytes received go back (null: all).
 nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
+// The same in two steps, so that the copies back of many requests overlap: begin queues the
+// copies and returns NM_INPROGRESS while they run (else the final status); poll returns
+// NM_INPROGRESS until they are done (wait: until then), then the status stage_finish would.
+nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status);
+nm_status_t stage_finish_poll(Stage *s, bool wait);
 void stage_release(Stage *s);
 // A staged receive that a message taken out of matching by a probe satisfied when it was made:
 // stage_finish reports d's preset status and code (d is the stage's now).
