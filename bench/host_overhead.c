@@ -8,6 +8,7 @@
  *            test       MPI_Test on MPI_REQUEST_NULL                              (PROGRESS path)
  *            iprobe     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF)    (PASS path)
  *            wait       MPI_Wait on MPI_REQUEST_NULL                              (WAIT path)
+ *            sendrecv   MPI_Sendrecv of 1 MPI_INT to the rank itself on MPI_COMM_SELF (DATA path)
  *            all        each of the above in turn (default)
  *     --time  also time the N calls with clock_gettime and print ns/call per kind
  *
@@ -28,9 +29,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { K_ALLREDUCE, K_SEND, K_TEST, K_IPROBE, K_WAIT, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"allreduce", "send", "test", "iprobe", "wait"};
-static const char *const kind_fn[K_COUNT] = {"Allreduce", "Send", "Test", "Iprobe", "Wait"};
+enum { K_ALLREDUCE, K_SEND, K_TEST, K_IPROBE, K_WAIT, K_SENDRECV, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "send", "test", "iprobe", "wait", "sendrecv"};
+static const char *const kind_fn[K_COUNT] = {"Allreduce", "Send", "Test", "Iprobe", "Wait", "Sendrecv"};
 
 /* the layout of ncclmpi_stats_t (include/ncclmpi.h), repeated so the program needs no ncclmpi */
 typedef struct {
@@ -69,8 +70,13 @@ __attribute__((noinline)) void hb_loop(int kind, long n)
             if (MPI_Wait(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS) hb_errors++;
         }
         break;
+    case K_SENDRECV: /* a message to the rank itself: a send and a receive that gets a message */
+        for (long i = 0; i < n; i++)
+            if (MPI_Sendrecv(&in, 1, MPI_INT, 0, 0, &out, 1, MPI_INT, 0, 0, MPI_COMM_SELF, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                hb_errors++;
+        break;
     }
-    if (kind == K_ALLREDUCE && n > 0 && out != 1) hb_errors++;
+    if ((kind == K_ALLREDUCE || kind == K_SENDRECV) && n > 0 && out != 1) hb_errors++;
 }
 
 static double now_ns(void)

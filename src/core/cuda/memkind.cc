@@ -45,7 +45,7 @@ static bool refresh_locked()
         t = t->l_next;
         if (t->l_name && is_cuda_driver(t->l_name)) saw_cuda = true;
     }
-    if (!t) return false;
+    if (!t || t == nm_hot.tail) return saw_cuda;  // nothing new
     if (t->l_name && t->l_name[0]) dlopen(t->l_name, RTLD_LAZY | RTLD_NOLOAD); // keep it mapped
     nm_hot.tail = t;
     return saw_cuda;
@@ -64,9 +64,14 @@ extern "C" int nm_linkmap_refresh(void)
 {
     std::lock_guard<std::mutex> g(linkmap_mu);
     bool saw = refresh_locked();
-    if ((saw || !cuda_attached()) && !cuda_attached()) {
-        // The driver may also have come in with the executable (linked -lcuda).
-        if (saw || dlopen(nm_cfg.CUDA_LIB, RTLD_LAZY | RTLD_NOLOAD)) {
+    static bool probed = false;  // whether the driver came in with the executable was asked
+    if ((saw || !probed) && !cuda_attached()) {
+        // The driver may also have come in with the executable (linked -lcuda): asked once (a
+        // dlopen costs about 28000 instructions; slow-path calls of processes without CUDA come
+        // here on every call), afterwards only when the link map grew.
+        const bool first = !probed;
+        probed = true;
+        if (saw || (first && dlopen(nm_cfg.CUDA_LIB, RTLD_LAZY | RTLD_NOLOAD))) {
             if (cuda_attach()) {
                 managed_as_device = strcmp(nm_cfg.MANAGED, "host") != 0;
                 __atomic_store_n(&nm_hot.slow, 1, __ATOMIC_RELEASE);
