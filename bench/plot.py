@@ -15,7 +15,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(sys.argv[2]) as f:
+    with open(sys.argv[2].rsplit("=", 1)[-1]) as f:
         if "pattern" in f.readline().split(","):
             return plot_p2p(plt, sys.argv[1], sys.argv[2:])
     rows = defaultdict(list)  # (coll, ranks) -> rows
@@ -57,9 +57,19 @@ def main():
 
 
 def plot_p2p(plt, out, paths):
-    """p2p_bench: one column per pattern; latency on top, time / raw NCCL's below."""
+    """p2p_bench: one column per pattern; latency on top, time / raw NCCL's below. A file given as
+    LABEL=file.csv adds only its ncclmpi series, named LABEL (another setting in the same job)."""
     rows = defaultdict(list)  # pattern -> rows (later files add the sizes the earlier ones lack)
+    extra = []  # (label, pattern -> rows)
     for path in paths:
+        if "=" in path:
+            label, path = path.rsplit("=", 1)
+            e = defaultdict(list)
+            with open(path) as f:
+                for r in csv.DictReader(f):
+                    e[r["pattern"]].append(r)
+            extra.append((label, e))
+            continue
         with open(path) as f:
             for r in csv.DictReader(f):
                 if not any(int(o["bytes"]) == int(r["bytes"]) for o in rows[r["pattern"]]):
@@ -77,6 +87,15 @@ def plot_p2p(plt, out, paths):
             if key != "nccl":
                 axes[1][j].plot(x, [a / float(r["nccl_us"]) for a, r in zip(y, rs)], style, ms=3, label=label,
                                 color=color)
+        for k, (label, e) in enumerate(extra):
+            es = sorted(e.get(pat, []), key=lambda r: int(r["bytes"]))
+            if not es:
+                continue
+            y = [float(r["mpi_us"]) for r in es]
+            color = "C%d" % (4 + k)
+            axes[0][j].plot([int(r["bytes"]) for r in es], y, "-s", ms=3, label=label, color=color)
+            axes[1][j].plot([int(r["bytes"]) for r in es], [a / float(r["nccl_us"]) for a, r in zip(y, es)], "-s", ms=3,
+                            label=label, color=color)
         axes[1][j].axhline(1.0, color="grey", lw=0.8)
         axes[0][j].set_title("%s, %s ranks" % (pat, rs[0]["ranks"]))
         for i in range(2):
