@@ -160,6 +160,54 @@ static size_t next_size(const msg_t *const *in, int nin, const msg_t *all, int c
     return (size_t)-1;
 }
 
+/* A completed send leaves its buffer to the application: each rank sends 8 MiB from device memory
+ * to the next (MPI_Isend + MPI_Wait, then MPI_Send), overwrites each buffer through a stream that
+ * does not wait for the legacy stream as soon as the call is complete, and the receiver (whose
+ * receives were posted first) must still get what was sent. */
+static void reuse_after_send(MPI_Comm c)
+{
+    enum { N = 8 << 20 };
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    unsigned char *h = malloc(N), *got = malloc(N);
+    char *s[2], *d[2];
+    cudaStream_t other;
+    CUDACHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    MPI_Request rq[2], sq;
+    for (int k = 0; k < 2; k++) {
+        CUDACHECK(cudaMalloc((void **)&s[k], N));
+        CUDACHECK(cudaMalloc((void **)&d[k], N));
+        CUDACHECK(cudaMemset(d[k], POISON, N));
+        for (size_t i = 0; i < N; i++) h[i] = (unsigned char)(i * 13 + rank * 7 + k * 3 + 1);
+        CUDACHECK(cudaMemcpy(s[k], h, N, cudaMemcpyHostToDevice));
+    }
+    CUDACHECK(cudaDeviceSynchronize());
+    for (int k = 0; k < 2; k++) MPI_Irecv(d[k], N, MPI_BYTE, prev, 40 + k, c, &rq[k]);
+    MPI_Barrier(c);
+    MPI_Isend(s[0], N, MPI_BYTE, next, 40, c, &sq);
+    MPI_Wait(&sq, MPI_STATUS_IGNORE);
+    CUDACHECK(cudaMemsetAsync(s[0], 0xEE, N, other));
+    MPI_Send(s[1], N, MPI_BYTE, next, 41, c);
+    CUDACHECK(cudaMemsetAsync(s[1], 0xEE, N, other));
+    MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+    for (int k = 0; k < 2; k++) {
+        get_bytes_unordered(MK_DEV, got, d[k], N);
+        for (size_t i = 0; i < N; i++)
+            if (got[i] != (unsigned char)(i * 13 + prev * 7 + k * 3 + 1)) {
+                fail("%s, then its buffer overwritten: byte %zu of %d from %d is 0x%02x", k ? "MPI_Send" : "MPI_Isend + MPI_Wait",
+                     i, N, prev, got[i]);
+                break;
+            }
+    }
+    CUDACHECK(cudaStreamSynchronize(other));
+    CUDACHECK(cudaStreamDestroy(other));
+    for (int k = 0; k < 2; k++) {
+        CUDACHECK(cudaFree(s[k]));
+        CUDACHECK(cudaFree(d[k]));
+    }
+    free(h);
+    free(got);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t seed = 1;
@@ -181,6 +229,7 @@ int main(int argc, char **argv)
     MPI_Comm c;
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    if (!host_mode) reuse_after_send(c);
     long nmsg = 0, ndev = 0;
     enum { CAP = 8 };
     msg_t *all = malloc(sizeof(msg_t) * CAP * size);
