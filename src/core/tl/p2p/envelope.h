@@ -61,9 +61,9 @@ bool env_comm(MPI_Comm comm);
 int env_send(nm_op_t *o, int *rc);
 // NCCLMPI_P2P_ENVELOPE=device: a send of `bytes` contiguous bytes at device address src (device
 // ordinal dev) goes as an envelope, its payload copied into this process's IPC-exported device
-// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full). The envelope goes
-// out while the copy runs (the receiver's copy waits for it on the GPU); a blocking send returns,
-// and a nonblocking one's request completes, once the copy is done.
+// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full). A blocking send
+// waits for the copy, then sends the envelope. A nonblocking one sends it while the copy runs (the
+// receiver's copy waits for it on the GPU), and its request completes once the copy is done.
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc);
 bool env_device();
 
