@@ -166,8 +166,6 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { (void)h; (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
 EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags) { (void)p; (void)h; (void)flags; return CUDA_ERROR_NOT_SUPPORTED; }
 EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
-EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) { (void)h; (void)e; return CUDA_ERROR_NOT_SUPPORTED; }
-EXPORT CUresult cuIpcOpenEventHandle(CUevent *e, CUipcEventHandle h) { (void)e; (void)h; return CUDA_ERROR_NOT_SUPPORTED; }
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)&event_token; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }

@@ -119,8 +119,6 @@ void Task::recycle()
     has_status_ = false;
     inner_failed_ = false;
     copying_ = false;
-    wait_ev_ = nullptr;
-    wait_ctx_ = nullptr;
     mpi_rc_ = MPI_SUCCESS;
     why_.clear();
     failed_.store(NM_OK, std::memory_order_relaxed);
@@ -214,13 +212,6 @@ bool Task::poll(uint64_t sweep)
     auto stage_rc = [](nm_status_t st) {
         return st == NM_OK ? MPI_SUCCESS : st == NM_ERR_TRUNCATE ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
     };
-    if (wait_ev_) {  // (a copy this request's completion waits for)
-        DeviceGuard g(wait_ctx_);
-        const CUresult r = cu.cuEventQuery(wait_ev_);
-        if (r == CUDA_ERROR_NOT_READY) return false;
-        wait_ev_ = nullptr;
-        if (r != CUDA_SUCCESS) NM_WARN(CALL, "%s: waiting for its copy: %s", describe().c_str(), cuda_errstr(r));
-    }
     if (copying_) {  // the copy back is under way (the copies of every task polled overlap)
         const nm_status_t st = stage_finish_poll(stage_, false);
         if (st == NM_INPROGRESS) return false;

@@ -32,12 +32,6 @@ class Task {
     void set_op(Op *op) { op_ = op; }
     // Staged route: completion is the real MPI's request, then the copy back of `stage`.
     void set_inner(MPI_Request inner, Stage *stage);
-    // Completion also waits for event ev (of context ctx; not owned) to complete.
-    void set_wait_event(CUevent ev, CUcontext ctx)
-    {
-        wait_ev_ = ev;
-        wait_ctx_ = ctx;
-    }
     // A host receive that may get an envelope: decoded when the inner request completes (owned).
     void set_decode(Decode *d) { decode_ = d; }
     // Hand the user a generalized request standing for this task. Returns an MPI code.
@@ -71,8 +65,6 @@ class Task {
     bool has_status_ = false;
     bool inner_failed_ = false;  // the real MPI's request failed (its Test called the handler)
     bool copying_ = false;       // the inner request is done, the copy back under way
-    CUevent wait_ev_ = nullptr;  // set_wait_event
-    CUcontext wait_ctx_ = nullptr;
     int mpi_rc_ = MPI_SUCCESS;
     std::string why_;              // written before failed_ is published
     std::atomic<int> failed_{NM_OK};

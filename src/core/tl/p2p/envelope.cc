@@ -20,7 +20,6 @@
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/dtype/dtype.h"
-#include "core/engine/task.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
@@ -41,61 +40,19 @@ struct Held {
     char *wire;
     int pool = -1;  // NM_ENV_IPC: the device pool (ordinal) and the block in it
     size_t off = 0, len = 0;
-    int ev = -1;    // the pool's event recorded after the copy into the block
 };
 
 // A device pool per GPU of this process: cuMemAlloc'ed (so it can be exported), blocks handed out
 // first-fit and returned when their receivers release them.
-// Interprocess events mark the end of each copy into the pool, so the envelope goes out while the
-// copy runs (NEV per pool at most: beyond that a send waits for its copy instead).
-enum { NEV = 1024 };
 struct Pool {
     CUdeviceptr base = 0;
     size_t size = 0;
     CUipcMemHandle handle;
     std::map<size_t, size_t> free_;  // offset -> length
     bool failed = false;
-    CUevent *evs = nullptr;          // NEV slots, nev made
-    CUipcEventHandle *ev_h = nullptr;
-    int nev = 0;
-    std::vector<int> ev_free;
-    bool ev_failed = false;
 };
 std::mutex pool_mu;
 Pool pools[64];
-
-// An event slot of pool dev (its context current), or -1: none can be made.
-int ev_alloc(int dev)
-{
-    std::lock_guard<std::mutex> g(pool_mu);
-    Pool &p = pools[dev];
-    if (!p.ev_free.empty()) {
-        const int e = p.ev_free.back();
-        p.ev_free.pop_back();
-        return e;
-    }
-    if (p.ev_failed || p.nev >= NEV) return -1;
-    if (!p.evs) {
-        p.evs = new CUevent[NEV]();
-        p.ev_h = new CUipcEventHandle[NEV]();
-    }
-    CUevent e = nullptr;
-    if (cu.cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-        cu.cuIpcGetEventHandle(&p.ev_h[p.nev], e) != CUDA_SUCCESS) {
-        NM_INFO(CALL, "no interprocess events on device %d: device sends as envelopes wait for their copy", dev);
-        if (e) cu.cuEventDestroy(e);
-        p.ev_failed = true;
-        return -1;
-    }
-    p.evs[p.nev] = e;
-    return p.nev++;
-}
-
-void ev_release(int dev, int e)
-{
-    std::lock_guard<std::mutex> g(pool_mu);
-    pools[dev].ev_free.push_back(e);
-}
 
 long pool_alloc(int dev, size_t bytes)
 {
@@ -174,32 +131,6 @@ CUdeviceptr peer_pool(const Envelope &e)
     mapped[key] = p;
     return p;
 }
-// The event e's copy into its pool ends with, as this process can wait for it (opened once).
-CUevent payload_event(const Envelope &e)
-{
-    if (e.ev < 0) return nullptr;
-    if (e.pid == getpid()) {
-        for (auto &p : pools)
-            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle))) {
-                std::lock_guard<std::mutex> g(pool_mu);
-                return e.ev < p.nev ? p.evs[e.ev] : nullptr;
-            }
-        return nullptr;
-    }
-    static std::mutex ev_mu;
-    static std::map<std::string, CUevent> opened;
-    std::string key = std::to_string(e.pid) + ":" + std::string(e.ev_ipc, sizeof(e.ev_ipc));
-    std::lock_guard<std::mutex> g(ev_mu);
-    auto it = opened.find(key);
-    if (it != opened.end()) return it->second;
-    CUipcEventHandle h;
-    memcpy(&h, e.ev_ipc, sizeof(h));
-    CUevent ev = nullptr;
-    if (cu.cuIpcOpenEventHandle(&ev, h) != CUDA_SUCCESS) return nullptr;
-    opened[key] = ev;
-    return ev;
-}
-
 std::mutex mu;
 std::unordered_map<uint32_t, Held> held;  // payloads waiting for their receivers
 uint32_t next_id = 1;
@@ -276,10 +207,9 @@ bool pull_host(void *dst, int pid, uint64_t addr, size_t n);
 // A copy out of a device pool, complete when it returns (cuMemcpy between device buffers returns
 // before the copy is done: the receive would end early, and the sender could reuse the block
 // before it was read), after the application's work on the legacy stream, as staged copies are.
-static bool pool_copy(void *dst, CUdeviceptr src, size_t n, CUevent after)
+static bool pool_copy(void *dst, CUdeviceptr src, size_t n)
 {
-    return (!after || cu.cuStreamWaitEvent(CU_STREAM_LEGACY, after, 0) == CUDA_SUCCESS) &&
-           cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
+    return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
            cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 // stream: the copy of a device payload is only queued there
@@ -295,13 +225,8 @@ bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
         base = peer_pool(e);
     }
     if (!base) return false;
-    // the sender's copy into its pool may still be running: the copy out waits for it on the GPU
-    CUevent after = payload_event(e);
-    if (e.ev >= 0 && !after) return false;
-    if (stream)
-        return (!after || cu.cuStreamWaitEvent(stream, after, 0) == CUDA_SUCCESS) &&
-               cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, base + e.addr, n, stream) == CUDA_SUCCESS;
-    return pool_copy(dst, base + e.addr, n, after);
+    if (stream) return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, base + e.addr, n, stream) == CUDA_SUCCESS;
+    return pool_copy(dst, base + e.addr, n);
 }
 
 bool pull_host(void *dst, int pid, uint64_t addr, size_t n)
@@ -385,7 +310,6 @@ static void held_free(const Held &h)
     free(h.payload);
     free(h.wire);
     if (h.pool >= 0) pool_free(h.pool, h.off, h.len);
-    if (h.ev >= 0) ev_release(h.pool, h.ev);
 }
 
 // The envelope e through the real MPI, in the call's send mode; its payload waits in h.
@@ -418,12 +342,9 @@ static bool send_eligible(const nm_op_t *o, size_t bytes)
 
 // The envelope of a payload that waits in h (transport, addr: where), held until its release,
 // sent in the call's mode.
-static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t addr, size_t bytes, const void *ipc,
-                     const void *ev_ipc = nullptr)
+static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t addr, size_t bytes, const void *ipc)
 {
     Envelope e{};
-    e.ev = h.ev;
-    if (ev_ipc) memcpy(e.ev_ipc, ev_ipc, sizeof(e.ev_ipc));
     e.nonce[0] = nonce[0];
     e.nonce[1] = nonce[1];
     e.bytes = bytes;
@@ -450,40 +371,16 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
     bool ok = d && h.wire;
-    const bool nb = o->fn == NM_FN_Isend || o->fn == NM_FN_Issend || o->fn == NM_FN_Irsend;
-    CUevent ev = nullptr;
-    CUipcEventHandle evh;
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with
         DeviceGuard dg(d->ctx);
-        ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS;
-        // a blocking send waits for its copy anyway: before its envelope goes, which spares the
-        // receiver a wait on another process's event (measured slower for one message)
-        if (ok && nb && (h.ev = ev_alloc(dev)) >= 0) {
-            {
-                std::lock_guard<std::mutex> g(pool_mu);
-                ev = pools[dev].evs[h.ev];
-                evh = pools[dev].ev_h[h.ev];
-            }
-            if (cu.cuEventRecord(ev, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
-                ev_release(dev, h.ev);
-                h.ev = -1;
-                ev = nullptr;
-            }
-        }
-        if (ok && !ev) ok = cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;  // no event: wait here
+        ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
+             cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
     }
     if (!ok) {
-        if (ev) cu.cuEventSynchronize(ev);  // (the copy may be running: not into a freed block)
         held_free(h);
         return 0;
     }
-    *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle, ev ? &evh : nullptr);
-    if (!ev || *rc != MPI_SUCCESS) return 1;
-    // a nonblocking send's request completes when the envelope's does and the copy is done
-    Task *t = Task::get(o);
-    t->set_inner(*o->req, nullptr);
-    t->set_wait_event(ev, d->ctx);
-    *rc = t->publish(o->req);
+    *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
     return 1;
 }
 

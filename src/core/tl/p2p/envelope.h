@@ -30,7 +30,7 @@
 
 namespace ncclmpi {
 
-enum { NM_ENV_WIRE = 189 };  // bytes of an envelope on the wire (odd)
+enum { NM_ENV_WIRE = 125 };  // bytes of an envelope on the wire (odd)
 enum { NM_ENV_HOST = 0, NM_ENV_IPC = 1 };  // where a payload waits
 
 struct Envelope {
@@ -42,8 +42,6 @@ struct Envelope {
     uint32_t id;     // the sender's name for it
     uint32_t transport;
     char ipc[64];    // NM_ENV_IPC: the CUDA IPC handle of the sender's device pool
-    int32_t ev = -1; // NM_ENV_IPC: >= 0 when the payload's copy into the pool may still be running:
-    char ev_ipc[64]; // the interprocess event recorded after it (its handle), to wait for first
 };
 static_assert(sizeof(Envelope) <= NM_ENV_WIRE, "an envelope fits its wire size");
 
@@ -61,9 +59,7 @@ bool env_comm(MPI_Comm comm);
 int env_send(nm_op_t *o, int *rc);
 // NCCLMPI_P2P_ENVELOPE=device: a send of `bytes` contiguous bytes at device address src (device
 // ordinal dev) goes as an envelope, its payload copied into this process's IPC-exported device
-// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full). A blocking send
-// waits for the copy, then sends the envelope. A nonblocking one sends it while the copy runs (the
-// receiver's copy waits for it on the GPU), and its request completes once the copy is done.
+// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full).
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc);
 bool env_device();
 
