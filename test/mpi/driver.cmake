@@ -31,7 +31,9 @@ if(EXISTS "${STUB_DRIVER}")
     set_tests_properties(mpi_${prog}_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                          ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
   endforeach()
-  foreach(sc threads coalesce_triggers empty_alltoallv_first)
+  foreach(sc layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first empty_scatterv bottom
+             signature_pipelined threads first_nb_crossing comm_free_outstanding dup_churn progress coalesce_triggers
+             explicit_group fuzz agree_mixed uint8_sum)
     add_test(mpi_hazard_${sc}_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_hazard" --host ${sc})
     set_tests_properties(mpi_hazard_${sc}_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                          ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
