@@ -370,6 +370,15 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     }
     if (!ensure_init() || finalized) return 0;
     DepthGuard dg;
+    // NCCLMPI_P2P_ENVELOPE in a process without CUDA: every buffer is host memory, so the call
+    // takes the host route whatever it is; only the envelope hooks have anything to do
+    if (!cuda_attached() && !agree && env_on()) {
+        OpCtx x;
+        CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
+        if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return 0;  // (invalid: the real MPI reports it)
+        NM_COUNT_ROUTE(o->fn, NCCLMPI_ROUTE_HOST);
+        return envelope_host(o, rc);
+    }
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
     else if (o->kind != NM_OPK_MRECV) { nm_flush(); return 0; }

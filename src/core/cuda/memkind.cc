@@ -5,6 +5,7 @@
 #include <link.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "core/cuda/cuda_api.h"
@@ -60,17 +61,20 @@ extern "C" {
 int nm_envelopes_configured = 0;
 }
 
+static std::atomic<bool> probed{false};  // whether the driver came in with the executable was asked
+
 extern "C" int nm_linkmap_refresh(void)
 {
+    // nothing loaded since the last look (no lock: slow-path host calls come here on every call)
+    if (probed.load(std::memory_order_acquire) && !__atomic_load_n(&nm_hot.tail->l_next, __ATOMIC_ACQUIRE))
+        return cuda_attached();
     std::lock_guard<std::mutex> g(linkmap_mu);
     bool saw = refresh_locked();
-    static bool probed = false;  // whether the driver came in with the executable was asked
-    if ((saw || !probed) && !cuda_attached()) {
+    if ((saw || !probed.load(std::memory_order_relaxed)) && !cuda_attached()) {
         // The driver may also have come in with the executable (linked -lcuda): asked once (a
         // dlopen costs about 28000 instructions; slow-path calls of processes without CUDA come
         // here on every call), afterwards only when the link map grew.
-        const bool first = !probed;
-        probed = true;
+        const bool first = !probed.load(std::memory_order_relaxed);
         if (saw || (first && dlopen(nm_cfg.CUDA_LIB, RTLD_LAZY | RTLD_NOLOAD))) {
             if (cuda_attach()) {
                 managed_as_device = strcmp(nm_cfg.MANAGED, "host") != 0;
@@ -78,6 +82,7 @@ extern "C" int nm_linkmap_refresh(void)
             }
         }
     }
+    probed.store(true, std::memory_order_release);
     return cuda_attached();
 }
 
