@@ -305,17 +305,28 @@ int envelope_recv_init(nm_op_t *o, Stage *s, int *rc)
     return 1;
 }
 
+static bool receives(const nm_op_t *o)
+{
+    return o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV || o->kind == NM_OPK_SENDRECV ||
+           o->kind == NM_OPK_SENDRECV_REPLACE;
+}
+
+// NCCLMPI_P2P_ENVELOPE, a receive (host memory, or the shadows of stage s): a persistent one is
+// ncclmpi's; one that a message a probe took out of matching satisfies gets it now (1 with *rc:
+// done; 0: the wrapper calls the real MPI)
+static int envelope_recv(nm_op_t *o, Stage *s, int *rc)
+{
+    if (o->flags & NM_OPF_PERS) return envelope_recv_init(o, s, rc);
+    return receives(o) && env_recv_queued(o, rc, s);
+}
+
 // NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (1: done, *rc its result); a host
 // receive may get one, so nm_leave decodes what it got (0: the wrapper calls the real MPI)
 int envelope_host(nm_op_t *o, int *rc)
 {
-    if (o->flags & NM_OPF_PERS) return envelope_recv_init(o, nullptr, rc);
-    if (o->kind == NM_OPK_SEND) return env_send(o, rc);
-    if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV && o->kind != NM_OPK_SENDRECV &&
-        o->kind != NM_OPK_SENDRECV_REPLACE)
-        return 0;
-    if (env_recv_queued(o, rc, nullptr)) return 1;  // a message a probe took out of matching
-    if (o->kind != NM_OPK_MRECV && !env_comm(o->comm)) return 0;
+    if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) return env_send(o, rc);
+    if (envelope_recv(o, nullptr, rc)) return 1;
+    if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && !env_comm(o->comm))) return 0;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
     Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
     if (!(o->flags & NM_OPF_NB) && o->status == MPI_STATUS_IGNORE) o->status = &d->status;
@@ -364,15 +375,16 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     if (depth || nm_cfg.DISABLE) return 0;
     const bool coll = nm_opkind_is_coll(o->kind);
     const bool agree = nm_cfg.AGREE && coll;
-    if (!cuda_attached() && !nm_linkmap_refresh() && !agree && !nm_envelopes_configured) {
+    // no CUDA driver in the process: every buffer is host memory, the route is the host's
+    const bool host_only = !cuda_attached() && !nm_linkmap_refresh() && !agree;
+    if (host_only && !nm_envelopes_configured) {
         NM_TRACE(CALL, "MPI_%s -> host (no CUDA driver in the process)", nm_fn_names[o->fn]);
         return 0;
     }
     if (!ensure_init() || finalized) return 0;
     DepthGuard dg;
-    // NCCLMPI_P2P_ENVELOPE in a process without CUDA: every buffer is host memory, so the call
-    // takes the host route whatever it is; only the envelope hooks have anything to do
-    if (!cuda_attached() && !agree && env_on()) {
+    if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
+        if (!env_on()) return 0;
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return 0;  // (invalid: the real MPI reports it)
@@ -461,9 +473,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
             *rc = raise_error(o, st, "staging to host failed");
             return 1;
         }
-        if (env_on() && envelope_recv_init(o, s, rc)) return 1;
-        // a message a probe took out of matching goes into the shadows
-        if (env_on() && !(o->flags & NM_OPF_PERS) && env_recv_queued(o, rc, s)) return 1;
+        if (env_on() && envelope_recv(o, s, rc)) return 1;
         return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave
     }
     case NCCLMPI_ROUTE_ERROR: {

@@ -209,9 +209,7 @@ bool Task::poll(uint64_t sweep)
         }
         return true;
     }
-    auto stage_rc = [](nm_status_t st) {
-        return st == NM_OK ? MPI_SUCCESS : st == NM_ERR_TRUNCATE ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
-    };
+    auto stage_rc = [](nm_status_t st) { return st == NM_OK ? MPI_SUCCESS : nm_error_class(st); };
     if (copying_) {  // the copy back is under way (the copies of every task polled overlap)
         const nm_status_t st = stage_finish_poll(stage_, false);
         if (st == NM_INPROGRESS) return false;

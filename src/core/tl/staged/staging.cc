@@ -332,7 +332,7 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
     if (s->decode && recv_status && recv_status != MPI_STATUS_IGNORE) {
         const int rc = env_finish(*s->decode, recv_status);
         if (rc == MPI_ERR_TRUNCATE) truncated = true;
-        else if (rc != MPI_SUCCESS) return NM_ERR_MPI;
+        else if (rc != MPI_SUCCESS) st = NM_ERR_MPI;
     }
     for (int i = 0; i < s->n && st == NM_OK; i++) {
         if (!(s->r[i].dir & BUF_OUT)) continue;
@@ -344,11 +344,9 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
             bool direct = false;
             const int rc = env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct, l->stream, &s->rel[i]);
             if (rc == MPI_ERR_TRUNCATE) truncated = true;
-            else if (rc != MPI_SUCCESS) return NM_ERR_MPI;
-            if (direct) {
-                copied = copied || s->rel[i].id;
-                continue;
-            }
+            else if (rc != MPI_SUCCESS) st = NM_ERR_MPI;  // (what is queued still ends, and is released, below)
+            copied = copied || s->rel[i].id;
+            if (direct || st != NM_OK) continue;
         }
         if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE &&
             PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
