@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../test/gpu/gpu_common.h" /* CUDACHECK, shared with the GPU tests */
@@ -35,6 +36,18 @@ static inline size_t bench_parse_size(const char *s)
     if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
     if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
     return (size_t)v;
+}
+
+/* The options of a size sweep: -b FIRST -e LAST (sizes), -f FACTOR, -o CSV. 1 when opt is one of
+ * them (its value stored), else 0. */
+static inline int bench_sweep_opt(const char *opt, const char *val, size_t *b, size_t *e, int *f, const char **out)
+{
+    if (!strcmp(opt, "-b")) *b = bench_parse_size(val);
+    else if (!strcmp(opt, "-e")) *e = bench_parse_size(val);
+    else if (!strcmp(opt, "-f")) *f = atoi(val);
+    else if (!strcmp(opt, "-o")) *out = val;
+    else return 0;
+    return 1;
 }
 
 static inline int bench_cmp_double(const void *a, const void *b)

@@ -126,11 +126,8 @@ int main(int argc, char **argv)
     int factor = 4, raw_only = 0;
     const char *csv = "coll_bench.csv", *colls = "allreduce,bcast,allgather,reduce_scatter,alltoall";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) minb = bench_parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e")) maxb = bench_parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-o")) csv = argv[i + 1];
-        else if (!strcmp(argv[i], "-c")) colls = argv[i + 1];
+        if (bench_sweep_opt(argv[i], argv[i + 1], &minb, &maxb, &factor, &csv)) continue;
+        if (!strcmp(argv[i], "-c")) colls = argv[i + 1];
         else if (!strcmp(argv[i], "-w")) staged_max = bench_parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) raw_only = atoi(argv[i + 1]);
     }

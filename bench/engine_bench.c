@@ -200,10 +200,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int ndev = 0;
-    CK(cudaGetDeviceCount(&ndev));
-    CK(cudaSetDevice(rank % ndev));
-    CK(cudaFree(0));
+    gpu_select(NULL);
     if (rank == 0 && out) {
         csv = fopen(out, "w");
         if (csv) fprintf(csv, "case,ranks,k,bytes,us,ratio_to_raw\n");

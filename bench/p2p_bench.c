@@ -191,19 +191,13 @@ int main(int argc, char **argv)
     size_t b = 8, e = 64u << 20;
     int f = 4;
     const char *pats = "exchange,oneway,ring,halo3d", *out = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) b = bench_parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e")) e = bench_parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-f")) f = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-p")) pats = argv[i + 1];
-        else if (!strcmp(argv[i], "-o")) out = argv[i + 1];
-    }
+    for (int i = 1; i + 1 < argc; i += 2)
+        if (!bench_sweep_opt(argv[i], argv[i + 1], &b, &e, &f, &out) && !strcmp(argv[i], "-p")) pats = argv[i + 1];
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int ndev = 0;
-    CUDACHECK(cudaGetDeviceCount(&ndev));
-    CUDACHECK(cudaSetDevice(rank % ndev));
+    gpu_select(&ndev);
     CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     maxb = e;
     if (strstr(pats, "halo3d")) nslots = MAXP;
