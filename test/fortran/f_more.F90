@@ -6,7 +6,10 @@
 ! must forward to Open MPI's, or the name arrives with a wrong length. It also calls REJECT-path
 ! entry points (File_write_at, File_read_at, Put, Get, Reduce_local, Pack_external) and PASS-path
 ! ones (Win_fence, File_sync, Win_free, File_close) and checks every value and, with ncclmpi in
-! the process, that the Fortran-entry counters grew by the number of calls made.
+! the process, that the Fortran-entry counters grew by the number of calls made. The communicator
+! constructors with a LOGICAL argument, File_set_atomicity and Win_test are here because Open
+! MPI's mpi_f08 module sends them to its Fortran PMPI layer directly: ncclmpi replaces their f08
+! procedures (a blocking constructor must launch queued device operations before it waits).
 !
 ! usage: f_more_<binding> [--expect-ncclmpi]
 program f_more
@@ -24,13 +27,17 @@ program f_more
 #include "nmt_stats.inc"
 
   integer, parameter :: N = 6, POISON = -999
-  integer, parameter :: NF = 13
-  character(len=16), parameter :: FN(NF) = [character(len=16) :: 'File_open', 'File_set_view', &
+  integer, parameter :: NF = 21
+  character(len=28), parameter :: FN(NF) = [character(len=28) :: 'File_open', 'File_set_view', &
        'File_write_at', 'File_read_at', 'File_sync', 'File_close', 'Pack_external', &
-       'Unpack_external', 'Win_create', 'Win_fence', 'Put', 'Get', 'Reduce_local']
+       'Unpack_external', 'Win_create', 'Win_fence', 'Put', 'Get', 'Reduce_local', &
+       'File_set_atomicity', 'Win_test', 'Cart_create', 'Cart_sub', 'Graph_create', &
+       'Dist_graph_create', 'Dist_graph_create_adjacent', 'Intercomm_merge']
   integer(c_long_long) :: base(NF), ncall(NF), now
   integer :: ierr, rank, nproc, nxt, prv, i, k, nerr, gerr, cnt
   integer :: v(N), got(N), ext(N), back(N), winmem(N), red(N)
+  integer :: gidx(4096), gedges(4096), one(1), srcs(1), dsts(1), wts(1), nin, nout, csize, half
+  logical :: flag, weighted
   integer(kind=MPI_OFFSET_KIND) :: off
   integer(kind=MPI_ADDRESS_KIND) :: wsize, disp, esize, pos
   character(len=256) :: path, dir
@@ -40,8 +47,11 @@ program f_more
   type(MPI_File) :: fh
   type(MPI_Win) :: win
   type(MPI_Status) :: st
+  type(MPI_Comm) :: cart, sub, graph, dgraph, dadj, halfc, inter, merged
+  type(MPI_Group) :: wgroup
 #else
   integer :: fh, win, st(MPI_STATUS_SIZE)
+  integer :: cart, sub, graph, dgraph, dadj, halfc, inter, merged, wgroup
 #endif
 
   nerr = 0
@@ -79,6 +89,8 @@ program f_more
   call rc(ierr, 3, 'MPI_File_write_at')
   call MPI_File_sync(fh, ierr)
   call rc(ierr, 5, 'MPI_File_sync')
+  call MPI_File_set_atomicity(fh, .false., ierr)
+  call rc(ierr, 14, 'MPI_File_set_atomicity')
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   call MPI_File_sync(fh, ierr)
   call rc(ierr, 5, 'MPI_File_sync')
@@ -134,7 +146,70 @@ program f_more
   do i = 1, N
     call chk(got(i), 1000 * rank + i, 'Get of the own Put from the next rank')
   end do
+  ! general active-target synchronization over every rank, completed by polling Win_test
+  call MPI_Comm_group(MPI_COMM_WORLD, wgroup, ierr)
+  call MPI_Win_post(wgroup, 0, win, ierr)
+  call MPI_Win_start(wgroup, 0, win, ierr)
+  call MPI_Win_complete(win, ierr)
+  flag = .false.
+  do while (.not. flag)
+    call MPI_Win_test(win, flag, ierr)
+    call rc(ierr, 15, 'MPI_Win_test')
+  end do
+  call MPI_Group_free(wgroup, ierr)
   call MPI_Win_free(win, ierr)
+
+  ! ---- communicator constructors with a LOGICAL argument (topologies, Intercomm_merge) ----
+  call MPI_Cart_create(MPI_COMM_WORLD, 1, [nproc], [.true.], .false., cart, ierr)
+  call rc(ierr, 16, 'MPI_Cart_create')
+  call MPI_Comm_size(cart, csize, ierr)
+  call chk(csize, nproc, 'size of the Cartesian communicator')
+  call MPI_Cart_sub(cart, [.true.], sub, ierr)
+  call rc(ierr, 17, 'MPI_Cart_sub')
+  call MPI_Comm_size(sub, csize, ierr)
+  call chk(csize, nproc, 'size of the Cart_sub communicator')
+  do i = 1, nproc  ! a ring: node i-1 is joined to its next and previous node
+    gidx(i) = 2 * i
+    gedges(2 * i - 1) = mod(i, nproc)
+    gedges(2 * i) = mod(i - 2 + nproc, nproc)
+  end do
+  call MPI_Graph_create(MPI_COMM_WORLD, nproc, gidx, gedges, .false., graph, ierr)
+  call rc(ierr, 18, 'MPI_Graph_create')
+  call MPI_Comm_size(graph, csize, ierr)
+  call chk(csize, nproc, 'size of the graph communicator')
+  one(1) = 1
+  srcs(1) = rank
+  dsts(1) = nxt
+  call MPI_Dist_graph_create(MPI_COMM_WORLD, 1, srcs, one, dsts, MPI_UNWEIGHTED, MPI_INFO_NULL, .false., &
+       dgraph, ierr)
+  call rc(ierr, 19, 'MPI_Dist_graph_create')
+  call MPI_Dist_graph_neighbors_count(dgraph, nin, nout, weighted, ierr)
+  call chk(nin, 1, 'Dist_graph_create in-degree')
+  call chk(nout, 1, 'Dist_graph_create out-degree')
+  srcs(1) = prv
+  wts(1) = 1
+  call MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 1, srcs, wts, 1, dsts, wts, MPI_INFO_NULL, .false., &
+       dadj, ierr)
+  call rc(ierr, 20, 'MPI_Dist_graph_create_adjacent')
+  call MPI_Dist_graph_neighbors_count(dadj, nin, nout, weighted, ierr)
+  call chk(nin + nout, 2, 'Dist_graph_create_adjacent degrees')
+  call MPI_Comm_free(cart, ierr)
+  call MPI_Comm_free(sub, ierr)
+  call MPI_Comm_free(graph, ierr)
+  call MPI_Comm_free(dgraph, ierr)
+  call MPI_Comm_free(dadj, ierr)
+  if (nproc >= 2) then  ! the lower and upper halves of the ranks, as an intercommunicator, merged
+    half = merge(1, 0, 2 * rank >= nproc)
+    call MPI_Comm_split(MPI_COMM_WORLD, half, rank, halfc, ierr)
+    call MPI_Intercomm_create(halfc, 0, MPI_COMM_WORLD, merge(0, (nproc + 1) / 2, half == 1), 7, inter, ierr)
+    call MPI_Intercomm_merge(inter, half == 1, merged, ierr)
+    call rc(ierr, 21, 'MPI_Intercomm_merge')
+    call MPI_Comm_size(merged, csize, ierr)
+    call chk(csize, nproc, 'size of the merged intercommunicator')
+    call MPI_Comm_free(merged, ierr)
+    call MPI_Comm_free(inter, ierr)
+    call MPI_Comm_free(halfc, ierr)
+  end if
 
   ! ---- Reduce_local ----
   red = 7
