@@ -1,7 +1,7 @@
 // ncclmpi: the one choke point. Every described call comes through nm_enter: derive its context
 // once, classify its buffers, route it (src/route) from facts every rank shares, then run it
-// through the engine (NCCL), stage it, or hand it back to the wrapper for the real MPI. Each call
-// is traced here and nowhere else.
+// through the engine (NCCL), stage it (the real MPI on host shadows, called from here), or hand
+// it back to the wrapper for the real MPI, untouched. Each call is traced here and nowhere else.
 #include "nm_build.h"
 #include <dlfcn.h>
 #include <mpi.h>
@@ -103,13 +103,16 @@ static bool int8_basic(MPI_Datatype t)
            t == MPI_INTEGER1;
 }
 
-static void use_wrapping_sum8(nm_op_t *o, const DtypeInfo *d)
+// 1 when it replaced o's op
+static bool use_wrapping_sum8(nm_op_t *o, const DtypeInfo *d)
 {
     static MPI_Op op = MPI_OP_NULL;
     static std::once_flag once;
-    if (o->op != MPI_SUM || !d || !int8_basic(d->basic) || !nm_opkind_is_reduction(o->kind)) return;
+    if (o->op != MPI_SUM || !d || !int8_basic(d->basic) || !nm_opkind_is_reduction(o->kind)) return false;
     std::call_once(once, [] { PMPI_Op_create(wrap_sum8, 1, &op); });
-    if (op != MPI_OP_NULL) o->op = op;
+    if (op == MPI_OP_NULL) return false;
+    o->op = op;
+    return true;
 }
 
 // ---- lifecycle -------------------------------------------------------------------------------
@@ -299,7 +302,7 @@ Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, in
 int envelope_recv_init(nm_op_t *o, Stage *s, int *rc)
 {
     if (!(o->flags & NM_OPF_PERS) || o->kind != NM_OPK_RECV || o->rpeer == MPI_PROC_NULL || !env_comm(o->comm)) return 0;
-    o->flags &= ~NM_OPF_STAGED;  // no nm_leave: the shadows belong to the request
+    o->flags &= ~NM_OPF_STAGED;  // no copy back after the call: the shadows belong to the request
     *rc = pers_recv_init_envelope(o, s, o->rbuf);
     if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);
     return 1;
@@ -320,19 +323,24 @@ static int envelope_recv(nm_op_t *o, Stage *s, int *rc)
     return receives(o) && env_recv_queued(o, rc, s);
 }
 
-// NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (1: done, *rc its result); a host
-// receive may get one, so nm_leave decodes what it got (0: the wrapper calls the real MPI)
+// What nm_enter's body leaves to do: nothing (DONE, *rc the result), the wrapper's call of the real
+// MPI with the application's arguments (PMPI), or the core's, from the descriptor the body changed
+// (REAL: staged shadows, another op, a receive to decode), followed by real_done().
+enum Enter { ENTER_PMPI = 0, ENTER_DONE = 1, ENTER_REAL = 2 };
+
+// NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (DONE, *rc its result); a host receive
+// may get one, so real_done() decodes what it got (REAL)
 int envelope_host(nm_op_t *o, int *rc)
 {
-    if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) return env_send(o, rc);
-    if (envelope_recv(o, nullptr, rc)) return 1;
-    if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && !env_comm(o->comm))) return 0;
+    if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) return env_send(o, rc) ? ENTER_DONE : ENTER_PMPI;
+    if (envelope_recv(o, nullptr, rc)) return ENTER_DONE;
+    if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && !env_comm(o->comm))) return ENTER_PMPI;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
     Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
     if (!(o->flags & NM_OPF_NB) && o->status == MPI_STATUS_IGNORE) o->status = &d->status;
     o->stage = reinterpret_cast<struct nm_stage *>(d);
     o->flags |= NM_OPF_DECODE;
-    return 0;
+    return ENTER_REAL;
 }
 
 int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb, const Classified &c, unsigned act,
@@ -370,30 +378,31 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
 
 using namespace ncclmpi;
 
-extern "C" int nm_enter(nm_op_t *o, int *rc)
+// nm_enter without the core's own call of the real MPI: an Enter
+static int enter(nm_op_t *o, int *rc)
 {
-    if (depth || nm_cfg.DISABLE) return 0;
+    if (depth || nm_cfg.DISABLE) return ENTER_PMPI;
     const bool coll = nm_opkind_is_coll(o->kind);
     const bool agree = nm_cfg.AGREE && coll;
     // no CUDA driver in the process: every buffer is host memory, the route is the host's
     const bool host_only = !cuda_attached() && !nm_linkmap_refresh() && !agree;
     if (host_only && !nm_envelopes_configured) {
         NM_TRACE(CALL, "MPI_%s -> host (no CUDA driver in the process)", nm_fn_names[o->fn]);
-        return 0;
+        return ENTER_PMPI;
     }
-    if (!ensure_init() || finalized) return 0;
+    if (!ensure_init() || finalized) return ENTER_PMPI;
     DepthGuard dg;
     if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
-        if (!env_on()) return 0;
+        if (!env_on()) return ENTER_PMPI;
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
-        if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return 0;  // (invalid: the real MPI reports it)
+        if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
         NM_COUNT_ROUTE(o->fn, NCCLMPI_ROUTE_HOST);
         return envelope_host(o, rc);
     }
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
-    else if (o->kind != NM_OPK_MRECV) { nm_flush(); return 0; }
+    else if (o->kind != NM_OPK_MRECV) { nm_flush(); return ENTER_PMPI; }
     OpCtx x;
     BufRef b[2];
     int nb = op_ctx_init(o, cs, &x) ? op_row(o->kind).buffers(x, b) : -1;
@@ -403,7 +412,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
                          ((o->kind == NM_OPK_ALLREDUCE && o->rcount > 1) || (o->kind == NM_OPK_REDUCE && x.root && o->rcount > 0));
     if (nb < 0 || aliased) {  // invalid arguments: the real MPI reports them, as without us
         nm_flush();
-        return 0;
+        return ENTER_PMPI;
     }
     Classified c = classify(b, nb);
     nm_route_in_t in = route_input(x, cs, c);
@@ -441,11 +450,14 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
             nm_flush();
         }
     }
-    if (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree))
-        use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
+    const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
+                             use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
-        if (NM_UNLIKELY(env_on())) return envelope_host(o, rc);
-        return 0;
+        if (NM_UNLIKELY(env_on())) {
+            const int e = envelope_host(o, rc);
+            return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
+        }
+        return op_replaced ? ENTER_REAL : ENTER_PMPI;
     }
     char range[64];
     range[0] = 0;
@@ -455,36 +467,36 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     case NCCLMPI_ROUTE_NCCL:
     case NCCLMPI_ROUTE_ONESHOT:
         *rc = run_nccl(o, x, cs, b, nb, c, d.act, d.route == NCCLMPI_ROUTE_ONESHOT);
-        return 1;
+        return ENTER_DONE;
     case NCCLMPI_ROUTE_STAGED: {
         // NCCLMPI_P2P_ENVELOPE=device: a large contiguous device send goes as an envelope
         if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&
             env_send_device(o, b[0].first(), (size_t)(b[0].hi - b[0].lo), c.device, rc))
-            return 1;
+            return ENTER_DONE;
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
             nm_status_t st = stage_pipelined(x, c.device, rc);
             if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
-            return 1;
+            return ENTER_DONE;
         }
         Stage *s = nullptr;
         nm_status_t st = stage_in(o, b, nb, &s);
         if (st != NM_OK) {
             *rc = raise_error(o, st, "staging to host failed");
-            return 1;
+            return ENTER_DONE;
         }
-        if (env_on() && envelope_recv(o, s, rc)) return 1;
-        return 0;  // the wrapper calls the real MPI on the host shadows, then nm_leave
+        if (env_on() && envelope_recv(o, s, rc)) return ENTER_DONE;
+        return ENTER_REAL;  // the real MPI on the host shadows, then the copy back
     }
     case NCCLMPI_ROUTE_ERROR: {
         nm_status_t st = d.why == NM_WHY_PERSISTENT_COLL ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
         std::string why = nm_why_str(d.why);
         if (d.why == NM_WHY_FAILED && cs) why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : "") + "]";
         *rc = raise_error(o, st, why);
-        return 1;
+        return ENTER_DONE;
     }
     default:
-        return 0;
+        return ENTER_PMPI;
     }
 }
 
@@ -502,8 +514,10 @@ __attribute__((constructor)) static void nm_check_link_order()
             "-lncclmpi before the MPI library, or preload it (LD_PRELOAD, ncclmpi_exec)\n", where);
 }
 
-extern "C" int nm_leave_slow(nm_op_t *o, int rc)
+namespace ncclmpi {
+int real_done(nm_op_t *o, int rc)
 {
+    if (!(o->flags & (NM_OPF_DECODE | NM_OPF_STAGED))) return rc;  // (an op replaced, nothing else)
     if (o->flags & NM_OPF_DECODE) {  // a host receive that may have got an envelope
         Decode *d = reinterpret_cast<Decode *>(o->stage);
         o->flags &= ~NM_OPF_DECODE;
@@ -545,6 +559,17 @@ extern "C" int nm_leave_slow(nm_op_t *o, int rc)
     stage_release(s);
     if (st == NM_OK) return rc;
     return raise_error(o, st, st == NM_ERR_TRUNCATE ? "the message is larger than the receive buffer" : "copy back to the device failed");
+}
+}  // namespace ncclmpi
+
+extern "C" int nm_enter(nm_op_t *o, int *rc)
+{
+    const int e = enter(o, rc);
+    if (NM_LIKELY(e != ENTER_REAL)) return e;
+    // the real MPI at depth 0, as the wrapper's own call would be (a user op or error handler
+    // that calls MPI inside it is seen as usual), then the copy back or the decode
+    *rc = real_done(o, nm_real_fns[o->fn](o));
+    return 1;
 }
 
 extern "C" void nm_sync(int fn, MPI_Comm comm, int blocking_collective)

@@ -1,7 +1,8 @@
 /* ncclmpi: what the generated wrappers (wrap_c.c, wrap_f.c) see.
  *
  * The fast path of a host-buffer call is: count the call, check that no CUDA driver is in the
- * process (two loads), jump to PMPI. Everything else is behind nm_enter()/nm_leave().
+ * process (two loads), jump to PMPI. Everything else is behind nm_enter(): a DATA wrapper
+ * describes its call and submits it, nothing more.
  */
 #ifndef NM_INTERPOSE_H
 #define NM_INTERPOSE_H
@@ -52,16 +53,17 @@ static inline int nm_work_pending(void)
     return (__atomic_load_n(&nm_hot.pending, __ATOMIC_RELAXED) | __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) != 0;
 }
 
+/* The real MPI call of a DATA row made from its descriptor alone (generated into wrap_c.c,
+ * indexed by nm_fn_t; NULL for the other paths): what the core calls when it runs a call itself
+ * on other buffers (staged host shadows), another op, or a status it reads. */
+typedef int (*nm_real_fn_t)(const nm_op_t *o);
+extern const nm_real_fn_t nm_real_fns[NM_FN_COUNT];
+
 /* ---- implemented in src/core (extern "C") ---- */
-/* Classify and route a described call. Returns 1 when the call was completed (its return
- * code in *rc), 0 when the wrapper must call PMPI with the descriptor's (maybe swapped)
- * buffers and then nm_leave(). */
+/* Classify, route and run a described call. Returns 1 when ncclmpi ran it (its return code in
+ * *rc; the NCCL, staged and envelope paths, and host calls the core changed), 0 when the wrapper
+ * calls the real MPI with the application's own arguments. */
 int nm_enter(nm_op_t *o, int *rc);
-int nm_leave_slow(nm_op_t *o, int rc);
-static inline int nm_leave(nm_op_t *o, int rc)
-{
-    return NM_UNLIKELY(o->flags & (NM_OPF_STAGED | NM_OPF_DECODE)) ? nm_leave_slow(o, rc) : rc;
-}
 
 void nm_after_init(void);
 void nm_before_finalize(void);

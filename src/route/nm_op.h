@@ -86,7 +86,7 @@ enum {
     NM_OPF_NB = 1u << 0,      /* nonblocking (I-form): returns a request */
     NM_OPF_PERS = 1u << 1,    /* persistent (_init form) */
     NM_OPF_INPLACE = 1u << 2, /* MPI_IN_PLACE was given */
-    NM_OPF_STAGED = 1u << 3,  /* buffers were swapped for host shadows; nm_leave copies back */
+    NM_OPF_STAGED = 1u << 3,  /* buffers were swapped for host shadows, copied back after the real call */
     NM_OPF_DECODE = 1u << 4,  /* a receive that may get an envelope (core/tl/p2p/envelope.h) */
 };
 
@@ -111,7 +111,7 @@ typedef struct nm_op {
     MPI_Request *req;
     MPI_Status *status;
     MPI_Message *msg;
-    struct nm_stage *stage; /* staging state between nm_enter and nm_leave */
+    struct nm_stage *stage; /* the core's state around its real-MPI call (staged shadows, a decode) */
 } nm_op_t;
 
 static inline void nm_op_init(nm_op_t *o, int fn, int kind, unsigned flags)

@@ -17,8 +17,9 @@
  *                      fresh copy of the empty shared object LIB (test/mpi/.libs/libnm_tail.so).
  *                      A new object at the end of the link map sends ncclmpi's next wrapper
  *                      call off its fast path (straight to PMPI) through nm_enter(), which
- *                      describes the call and hands the real MPI the buffers and status of the
- *                      descriptor: these runs check that path gives the same results.
+ *                      describes, classifies and routes the call (with NCCLMPI_AGREE and
+ *                      envelopes, runs it itself from the description): these runs check that
+ *                      path gives the same results.
  *
  * Conventions:
  *   CALL(Name, args...)  calls MPI_Name and notes the call for the counter check; value: rc.

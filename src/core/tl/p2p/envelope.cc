@@ -704,7 +704,7 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
     const bool nb = (o->flags & NM_OPF_NB) != 0;
     if (nb && e.kind == Entry::HANDLE) {  // the real MPI's own request
         *rc = PMPI_Imrecv(o->rbuf, o->rcount, o->rtype, &e.msg, o->req);
-        if (s) *rc = nm_leave_slow(o, *rc);  // the copy back waits for it
+        if (s) *rc = real_done(o, *rc);  // the copy back waits for it
         return 1;
     }
     // the send of MPI_Sendrecv(_replace) goes first (nonblocking), from a copy for _replace
@@ -737,7 +737,7 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
             o->flags |= NM_OPF_DECODE;
         }
         *rc = PMPI_Irecv(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, o->req);
-        *rc = nm_leave_slow(o, *rc);
+        *rc = real_done(o, *rc);
         return 1;
     }
     if (s) {  // what fits went into the shadows: back to the device

@@ -53,6 +53,11 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
 nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status);
 nm_status_t stage_finish_poll(Stage *s, bool wait);
 void stage_release(Stage *s);
+// After the core's own call of the real MPI for o (rc its result; dispatch.cc): copy the staged
+// shadows back (NM_OPF_STAGED; a nonblocking call's copy waits for its request, a persistent
+// one's for each completion) or decode what a host receive got (NM_OPF_DECODE); an error goes
+// through the communicator's error handler. Returns the call's result.
+int real_done(nm_op_t *o, int rc);
 // A staged receive that a message taken out of matching by a probe satisfied when it was made:
 // stage_finish reports d's preset status and code (d is the stage's now).
 void stage_set_decode(Stage *s, Decode *d);
