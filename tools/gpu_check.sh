@@ -56,7 +56,7 @@ ctest_run() {  # label regex, time limit
 case "$mode" in
 hazard) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;  # the label includes the hazard suite
 p2p)
-  [ "${NM_P2P_TESTS:-1}" = 0 ] || timeout "${NM_CTEST_LIMIT:-300}" ctest -L gpu -R "gpu_(p2p|persist|neighbor)" --output-on-failure -j1 --timeout 120 > "$OUT/ctest.log" 2>&1
+  [ "${NM_P2P_TESTS:-1}" = 0 ] || timeout "${NM_CTEST_LIMIT:-300}" ctest -L gpu -R "gpu_(p2p|persist|neighbor|hazard_envelope)" --output-on-failure -j1 --timeout 120 > "$OUT/ctest.log" 2>&1
   echo "== ctest (p2p): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
   grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Not Run|\*\*\*)" "$OUT/ctest.log" | head -40
   cp Testing/Temporary/LastTest.log "$OUT/" 2>/dev/null

@@ -417,6 +417,7 @@ static int enter(nm_op_t *o, int *rc)
     Classified c = classify(b, nb);
     nm_route_in_t in = route_input(x, cs, c);
     if (agree && !(o->flags & NM_OPF_NB) && in.cap != NM_CAP_INTER) {  // every rank votes, host ranks too
+        nm_flush();  // (a blocking collective: nothing stays queued while it waits for the peers)
         int vote = nm_route_vote(&in), all = 0;
         PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
         in.vote = all;
@@ -444,10 +445,16 @@ static int enter(nm_op_t *o, int *rc)
     // (one with a carrier flushes, as its ranks without data do on their host route)
     // (the one-shot route is an engine route like NCCL's: its kernels are ordered with NCCL's)
     const bool engine = d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT;
+    // a nonblocking receive, and a nonblocking device send that queues its own envelope, neither
+    // wait nor send ahead of the queued envelopes: those stay queued (one wait for a burst)
+    const bool keeps_envelopes = (o->flags & NM_OPF_NB) && !(o->flags & NM_OPF_PERS) &&
+                                 (o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV ||
+                                  (d.route == NCCLMPI_ROUTE_STAGED && env_send_defers(o)));
     if (!engine || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) {  // nothing to do in the common case
             if (engine) engine_flush_waitable(cs, UINT64_MAX);
-            nm_flush();
+            if (keeps_envelopes) engine_flush_all_except(nullptr);
+            else nm_flush();
         }
     }
     const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
@@ -473,6 +480,7 @@ static int enter(nm_op_t *o, int *rc)
         if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&
             env_send_device(o, b[0].first(), (size_t)(b[0].hi - b[0].lo), c.device, rc))
             return ENTER_DONE;
+        if (keeps_envelopes && o->kind == NM_OPK_SEND) env_flush_sends();  // staged after all: they go first
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
             nm_status_t st = stage_pipelined(x, c.device, rc);

@@ -1791,6 +1791,149 @@ static void sc_fuzz(int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* 22. envelope_order: nonblocking device sends whose envelopes wait for the next flush      */
+/* (NCCLMPI_P2P_ENVELOPE=device queues them), met by calls in crossing orders                  */
+
+static int pval(int from, int msg, int i) { return from * 1000003 + msg * 7919 + i; }
+
+/* a device buffer of n ints from rank `from`'s message msg */
+static gbuf_t pbuf(int from, int msg, int n)
+{
+    int *h = malloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) h[i] = pval(from, msg, i);
+    gbuf_t g = gb_dev_from(h, (size_t)n * sizeof(int));
+    free(h);
+    return g;
+}
+
+static void precv_check(int from, int msg, int n, int tag, const char *what)
+{
+    gbuf_t r = gb_dev((size_t)n * sizeof(int));
+    int *want = malloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) want[i] = pval(from, msg, i);
+    MPI_Status st;
+    STEP();
+    int rc = MPI_Recv(r.p, n, MPI_INT, from, tag, MPI_COMM_WORLD, &st), cnt = -1;
+    MPI_Get_count(&st, MPI_INT, &cnt);
+    CHECK(rc == MPI_SUCCESS && cnt == n, "%s: Recv returned %d, count %d (want %d)", what, rc, cnt, n);
+    gb_expect(&r, want, sizeof(int), what);
+    gb_free(&r);
+    free(want);
+}
+
+static void sc_envelope_order(void)
+{
+    const int BIG = 256 << 10, MID = 64 << 10, TAG = 31;  /* ints: 1 MiB, 256 KiB; 8-byte messages */
+    if (rank < 2) {
+        const int peer = 1 - rank;
+        /* 1. the same destination and tag: large (queued), small (staged at once), large again:
+         *    the small one must not overtake the first */
+        if (rank == 0) {
+            gbuf_t a = pbuf(0, 1, BIG), b = pbuf(0, 2, 2), c = pbuf(0, 3, MID);
+            MPI_Request q[3];
+            STEP();
+            MPI_Isend(a.p, BIG, MPI_INT, 1, TAG, MPI_COMM_WORLD, &q[0]);
+            MPI_Isend(b.p, 2, MPI_INT, 1, TAG, MPI_COMM_WORLD, &q[1]);
+            MPI_Isend(c.p, MID, MPI_INT, 1, TAG, MPI_COMM_WORLD, &q[2]);
+            int rc = MPI_Waitall(3, q, MPI_STATUSES_IGNORE);
+            CHECK(rc == MPI_SUCCESS, "Waitall of three sends returned %d", rc);
+            gb_free(&a);
+            gb_free(&b);
+            gb_free(&c);
+        } else {
+            precv_check(0, 1, BIG, TAG, "1st of three messages with one tag");
+            precv_check(0, 2, 2, TAG, "2nd (small) of three messages with one tag");
+            precv_check(0, 3, MID, TAG, "3rd of three messages with one tag");
+        }
+        /* 2. a blocking host receive right after a queued send; the peer sends its host message
+         *    only once it has the device one */
+        int x = 0;
+        if (rank == 0) {
+            gbuf_t a = pbuf(0, 4, BIG);
+            MPI_Request q;
+            STEP();
+            MPI_Isend(a.p, BIG, MPI_INT, 1, TAG + 1, MPI_COMM_WORLD, &q);
+            MPI_Recv(&x, 1, MPI_INT, 1, TAG + 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CHECK(x == 4242, "host message after a queued send: %d", x);
+            MPI_Wait(&q, MPI_STATUS_IGNORE);
+            gb_free(&a);
+        } else {
+            precv_check(0, 4, BIG, TAG + 1, "device message before the host reply");
+            x = 4242;
+            MPI_Send(&x, 1, MPI_INT, 0, TAG + 2, MPI_COMM_WORLD);
+        }
+        /* 3. a Test loop on a queued send */
+        if (rank == 0) {
+            gbuf_t a = pbuf(0, 5, MID);
+            MPI_Request q;
+            int done = 0;
+            STEP();
+            MPI_Isend(a.p, MID, MPI_INT, 1, TAG + 3, MPI_COMM_WORLD, &q);
+            while (!done) MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+            gb_free(&a);
+        } else {
+            precv_check(0, 5, MID, TAG + 3, "device message completed by a Test loop");
+        }
+        /* 4. both ways at once: Irecv, Isend, Isend, Waitall (the receives do not flush) */
+        {
+            gbuf_t s1 = pbuf(rank, 6, MID), s2 = pbuf(rank, 7, BIG);
+            gbuf_t r1 = gb_dev((size_t)MID * sizeof(int)), r2 = gb_dev((size_t)BIG * sizeof(int));
+            int *w1 = malloc((size_t)MID * sizeof(int)), *w2 = malloc((size_t)BIG * sizeof(int));
+            for (int i = 0; i < MID; i++) w1[i] = pval(peer, 6, i);
+            for (int i = 0; i < BIG; i++) w2[i] = pval(peer, 7, i);
+            MPI_Request q[4];
+            STEP();
+            MPI_Irecv(r1.p, MID, MPI_INT, peer, TAG + 4, MPI_COMM_WORLD, &q[0]);
+            MPI_Isend(s1.p, MID, MPI_INT, peer, TAG + 4, MPI_COMM_WORLD, &q[1]);
+            MPI_Irecv(r2.p, BIG, MPI_INT, peer, TAG + 5, MPI_COMM_WORLD, &q[2]);
+            MPI_Isend(s2.p, BIG, MPI_INT, peer, TAG + 5, MPI_COMM_WORLD, &q[3]);
+            int rc = MPI_Waitall(4, q, MPI_STATUSES_IGNORE);
+            CHECK(rc == MPI_SUCCESS, "exchange Waitall returned %d", rc);
+            gb_expect(&r1, w1, sizeof(int), "exchange, first message");
+            gb_expect(&r2, w2, sizeof(int), "exchange, second message");
+            gb_free(&s1);
+            gb_free(&s2);
+            gb_free(&r1);
+            gb_free(&r2);
+            free(w1);
+            free(w2);
+        }
+    }
+    /* 5. a queued send, then nonblocking device collectives waited for (an agreement round): the
+     *    peer receives the message before it issues the collectives */
+    MPI_Comm c = fresh_dup();
+    dev_allreduce_check(c, 256, 3, "the communicator's first collective (makes its NCCL communicator)");
+    const int n = 1024;
+    gbuf_t s = pbuf(rank, 8, n), r1 = gb_dev(n * sizeof(int)), r2 = gb_dev(n * sizeof(int));
+    int *want = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        long long t = 0;
+        for (int k = 0; k < size; k++) t += pval(k, 8, i);
+        want[i] = (int)t;
+    }
+    MPI_Request q[2], sq = MPI_REQUEST_NULL;
+    gbuf_t a = pbuf(0, 9, BIG);
+    STEP();
+    if (rank == 0 && size > 1) MPI_Isend(a.p, BIG, MPI_INT, 1, TAG + 6, MPI_COMM_WORLD, &sq);
+    if (rank == 1) precv_check(0, 9, BIG, TAG + 6, "device message before the collectives");
+    STEP();
+    MPI_Iallreduce(s.p, r1.p, n, MPI_INT, MPI_SUM, c, &q[0]);
+    MPI_Iallreduce(s.p, r2.p, n, MPI_INT, MPI_SUM, c, &q[1]);
+    int rc = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    CHECK(rc == MPI_SUCCESS, "Waitall of two Iallreduce returned %d", rc);
+    MPI_Wait(&sq, MPI_STATUS_IGNORE);
+    gb_expect(&r1, want, sizeof(int), "Iallreduce after a queued send (1)");
+    gb_expect(&r2, want, sizeof(int), "Iallreduce after a queued send (2)");
+    gb_free(&a);
+    gb_free(&s);
+    gb_free(&r1);
+    gb_free(&r2);
+    free(want);
+    STEP();
+    MPI_Comm_free(&c);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 typedef struct {
     const char *name;
@@ -1825,6 +1968,7 @@ static const scenario_t scenarios[] = {
     {"fault_nb", sc_fault_nb, NULL, 1, 1, 0, 1, 0},
     {"kill", sc_kill, NULL, 2, 1, 0, 1, 0},
     {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0},
+    {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0},
 };
 
 static void usage(void)

@@ -50,7 +50,7 @@ set_tests_properties(gpu_misc_np2_eager PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP
 set(NM_HAZARD "${B}/test/gpu/gpu_hazard")
 set(NM_HAZARD_SCENARIOS layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
     empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing
-    comm_free_outstanding dup_churn progress coalesce_triggers explicit_group fault fault_nb fuzz)
+    comm_free_outstanding dup_churn progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order)
 set(NM_HAZARD_NP3_SKIP fault fault_nb)  # NCCL launches only
 foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
   foreach(np 2 3)
@@ -77,6 +77,13 @@ foreach(np 2 3)
   add_test(gpu_hazard_uint8_sum_np${np}_noavx ${GRUN} ${np} "${NM_HAZARD}" uint8_sum)
   set_tests_properties(gpu_hazard_uint8_sum_np${np}_noavx PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NCCLMPI_AGREE=1;OMPI_MCA_op=^avx")
+endforeach()
+# envelope_order with device envelopes (NCCLMPI_P2P_ENVELOPE=device, every device send of 4 KiB
+# or more): nonblocking sends queue their envelopes until the next call that may wait
+foreach(np 2 3)
+  add_test(gpu_hazard_envelope_order_np${np}_envelope ${GRUN} ${np} "${NM_HAZARD}" envelope_order)
+  set_tests_properties(gpu_hazard_envelope_order_np${np}_envelope PROPERTIES LABELS "gpu" TIMEOUT 180
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")
 endforeach()
 # host messages over TCP while a device collective waits. run_mpi.sh exports OMPI_MCA_pml and
 # OMPI_MCA_btl itself, over these ENVIRONMENT values, so the same settings also go on the mpirun

@@ -14,6 +14,7 @@
 #include "core/nvtx.h"
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
+#include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
@@ -405,7 +406,9 @@ nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq)
 {
     // Every other communicator's queue first, as singletons: a rank never waits for a round on
     // one communicator while it has not proposed on another (two ranks waiting on each other's
-    // communicator would both wait forever).
+    // communicator would both wait forever); for the same reason the queued point-to-point
+    // envelopes go before the wait (a peer may need one to reach this round).
+    env_flush_sends();
     engine_flush_all_except(cs);
     std::string err;
     QueueLock g(cs);
@@ -416,7 +419,11 @@ nm_status_t engine_flush_waitable(CommState *cs, uint64_t seq)
 static std::mutex qmu;
 static std::vector<CommState *> queued_comms;
 
-void engine_flush_all() { engine_flush_all_except(nullptr); }
+void engine_flush_all()
+{
+    env_flush_sends();
+    engine_flush_all_except(nullptr);
+}
 
 void engine_flush_all_except(const CommState *keep)
 {

@@ -83,8 +83,9 @@ nm_status_t engine_run_blocking(Op *op, std::string *err);
 // A nonblocking operation (op->task set): queued, or launched at once. The task owns op after.
 nm_status_t engine_submit(Op *op, std::string *err);
 
-// Flush points. Launch every queued operation of every communicator as a group of its own
-// (agreement proposals of 1, whose outcome is known: never waits for a peer).
+// Flush points. Send the queued point-to-point envelopes (env_flush_sends) and launch every
+// queued operation of every communicator as a group of its own (agreement proposals of 1, whose
+// outcome is known: never waits for a peer); _except: the communicators only, keep's left.
 void engine_flush_all();
 void engine_flush_all_except(const CommState *keep);
 // A wait that needs the queued operation `seq` of cs to complete: propose groups as large as the

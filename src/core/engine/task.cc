@@ -119,6 +119,7 @@ void Task::recycle()
     has_status_ = false;
     inner_failed_ = false;
     copying_ = false;
+    deferred_.store(false, std::memory_order_relaxed);
     mpi_rc_ = MPI_SUCCESS;
     why_.clear();
     failed_.store(NM_OK, std::memory_order_relaxed);
@@ -151,6 +152,13 @@ int Task::publish(MPI_Request *user_req)
     __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
     NM_DEBUG(CALL, "%s published", describe().c_str());
     return MPI_SUCCESS;
+}
+
+void Task::sent(MPI_Request inner, nm_status_t st, const char *why)
+{
+    inner_ = inner;
+    if (st != NM_OK) fail_op(st, why);
+    deferred_.store(false, std::memory_order_release);  // a polling thread reads inner_ after this
 }
 
 void Task::fail_op(nm_status_t st, const std::string &why)
@@ -210,6 +218,14 @@ bool Task::poll(uint64_t sweep)
         return true;
     }
     auto stage_rc = [](nm_status_t st) { return st == NM_OK ? MPI_SUCCESS : nm_error_class(st); };
+    if (deferred_.load(std::memory_order_acquire)) return false;  // not sent yet (the next flush sends it)
+    if (const nm_status_t st = (nm_status_t)failed_.load(std::memory_order_acquire)) {  // never sent
+        char msg[MPI_MAX_ERROR_STRING];
+        snprintf(msg, sizeof(msg), "ncclmpi: %s: %s (%s)", describe().c_str(), why_.c_str(), nm_status_str(st));
+        NM_ERROR(CALL, "%s", msg + 9);
+        complete(nm_error_code(nm_error_class(st), msg));
+        return true;
+    }
     if (copying_) {  // the copy back is under way (the copies of every task polled overlap)
         const nm_status_t st = stage_finish_poll(stage_, false);
         if (st == NM_INPROGRESS) return false;

@@ -34,6 +34,11 @@ class Task {
     void set_inner(MPI_Request inner, Stage *stage);
     // A host receive that may get an envelope: decoded when the inner request completes (owned).
     void set_decode(Decode *d) { decode_ = d; }
+    // A send whose real-MPI request does not exist yet (an envelope queued until the next flush,
+    // envelope.h): the task is not complete while it waits; sent() gives it its request, or the
+    // error that kept it from being sent.
+    void set_deferred() { deferred_ = true; }
+    void sent(MPI_Request inner, nm_status_t st, const char *why);
     // Hand the user a generalized request standing for this task. Returns an MPI code.
     int publish(MPI_Request *user_req);
     // The op could not be launched: the task completes with this error.
@@ -65,6 +70,7 @@ class Task {
     bool has_status_ = false;
     bool inner_failed_ = false;  // the real MPI's request failed (its Test called the handler)
     bool copying_ = false;       // the inner request is done, the copy back under way
+    std::atomic<bool> deferred_{false};  // set_deferred(), until sent()
     int mpi_rc_ = MPI_SUCCESS;
     std::string why_;              // written before failed_ is published
     std::atomic<int> failed_{NM_OK};

@@ -20,6 +20,7 @@
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/dtype/dtype.h"
+#include "core/engine/task.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
@@ -362,25 +363,96 @@ static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t add
     return send_wire(o, h, e);
 }
 
+// Nonblocking device sends whose envelopes wait for the next flush, in call order (envelope.h).
+struct Deferred {
+    nm_op_t o;  // the call (o.req: set when it is sent)
+    Task *t;
+    Held h;
+    Device *d;
+    CUevent ev;  // after the copy into the pool
+    MPI_Request inner;
+};
+static std::mutex defer_mu;        // the list
+static std::mutex defer_flush_mu;  // one flush at a time: a thread's envelopes leave in its order
+static std::vector<Deferred> deferred;
+
+bool env_send_defers(const nm_op_t *o)
+{
+    return device_mode && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS) &&
+           send_mode(o->fn);
+}
+
+void env_flush_sends()
+{
+    std::lock_guard<std::mutex> fg(defer_flush_mu);
+    std::vector<Deferred> v;
+    {
+        std::lock_guard<std::mutex> g(defer_mu);
+        v.swap(deferred);
+    }
+    if (v.empty()) return;
+    for (Deferred &x : v) {  // the copies ran one after another on the legacy stream: the first
+        CUresult r;          // wait is the only long one
+        {
+            DeviceGuard dg(x.d->ctx);
+            r = cu.cuEventSynchronize(x.ev);
+        }
+        ev_put(x.d, x.ev);
+        if (r != CUDA_SUCCESS) {
+            held_free(x.h);
+            x.t->sent(MPI_REQUEST_NULL, NM_ERR_CUDA, "the copy of the payload into the send pool failed");
+        } else {
+            x.o.req = &x.inner;
+            const int rc = send_held(&x.o, x.h, NM_ENV_IPC, (uint64_t)x.h.off, x.h.len, &pools[x.h.pool].handle);
+            x.t->sent(x.inner, rc == MPI_SUCCESS ? NM_OK : NM_ERR_MPI, "the real MPI did not take the envelope");
+        }
+        __atomic_sub_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
+    }
+}
+
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
 {
     if (!device_mode || dev < 0 || dev >= 64 || !send_eligible(o, bytes)) return 0;
     env_progress();  // blocks released since
     const long off = pool_alloc(dev, bytes);
-    if (off < 0) return 0;
+    // (a send that is staged after all sends what is queued first: the non-overtaking order)
+    if (off < 0) return env_flush_sends(), 0;
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
-    bool ok = d && h.wire;
+    const bool defer = env_send_defers(o);
+    CUevent ev = nullptr;
+    bool ok = d && h.wire && (!defer || (ev = ev_get(d)));
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with
         DeviceGuard dg(d->ctx);
         ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
-             cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+             (defer ? cu.cuEventRecord(ev, CU_STREAM_LEGACY) : cu.cuStreamSynchronize(CU_STREAM_LEGACY)) == CUDA_SUCCESS;
     }
     if (!ok) {
+        if (ev) {
+            DeviceGuard dg(d->ctx);
+            cu.cuStreamSynchronize(CU_STREAM_LEGACY);  // (the copy may have started)
+            ev_put(d, ev);
+        }
         held_free(h);
+        if (defer) env_flush_sends();
         return 0;
     }
-    *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
+    if (!defer) {
+        *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
+        return 1;
+    }
+    Task *t = Task::get(o);
+    t->set_deferred();
+    if ((*rc = t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
+        DeviceGuard dg(d->ctx);
+        cu.cuEventSynchronize(ev);
+        ev_put(d, ev);
+        held_free(h);
+        return 1;
+    }
+    __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
+    std::lock_guard<std::mutex> g(defer_mu);
+    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL});
     return 1;
 }
 

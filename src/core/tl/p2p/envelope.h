@@ -59,8 +59,17 @@ bool env_comm(MPI_Comm comm);
 int env_send(nm_op_t *o, int *rc);
 // NCCLMPI_P2P_ENVELOPE=device: a send of `bytes` contiguous bytes at device address src (device
 // ordinal dev) goes as an envelope, its payload copied into this process's IPC-exported device
-// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full).
+// pool; 1 with *rc when it did, 0 to stage it as before (too small, pool full). A nonblocking
+// send queues its copy and its envelope (its request is a task): the envelopes queued go at the
+// next env_flush_sends(), after one wait for their copies, so a burst of MPI_Isend waits for the
+// GPU once. Each counts one in nm_hot.queued until then, so every call that may wait sends them
+// first (engine_flush_all); only nonblocking receives and further such sends leave them queued.
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc);
+// Whether o would be queued by env_send_device (a nonblocking device send that goes as an
+// envelope, if the pool has room): such a call leaves the queued envelopes queued.
+bool env_send_defers(const nm_op_t *o);
+// Send the queued envelopes, in the order of their calls.
+void env_flush_sends();
 bool env_device();
 
 // A receive that may have got an envelope: what it needs after the real MPI completed it.

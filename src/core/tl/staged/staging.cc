@@ -214,11 +214,11 @@ struct Stage {
     EnvRelease rel[2];
 };
 
-// Events that mark the end of a copy back, per device (a copy back may end on another thread)
+// Events that mark the end of a copy, per device (a copy may end on another thread)
 static std::mutex ev_mu;
 static std::map<int, std::vector<CUevent>> ev_free;
 
-static CUevent ev_get(Device *d)
+CUevent ev_get(Device *d)
 {
     {
         std::lock_guard<std::mutex> g(ev_mu);
@@ -234,7 +234,7 @@ static CUevent ev_get(Device *d)
     return e;
 }
 
-static void ev_put(Device *d, CUevent e)
+void ev_put(Device *d, CUevent e)
 {
     std::lock_guard<std::mutex> g(ev_mu);
     ev_free[d->ordinal].push_back(e);

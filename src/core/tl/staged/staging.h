@@ -35,6 +35,10 @@ nm_status_t order_after_app(Lane *l, CUstream s);
 
 struct Stage;
 
+// Events (timing off) that mark the end of a copy, from a per-device free list (null: none).
+CUevent ev_get(Device *d);
+void ev_put(Device *d, CUevent e);
+
 // Swap the device buffers among b[0..nb) for host shadows in `o` (copying in what the call
 // reads) and mark o NM_OPF_STAGED. `*out` owns the shadows.
 nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
