@@ -1506,6 +1506,24 @@ static void sc_coalesce_triggers(void)
     }
     CHECK(rc == MPI_SUCCESS, "crossing completion returned %d", rc);
     nb_check_free(&b, 2, "2 Iallreduce crossing a host Send/Recv");
+    /* crossing: rank 0 enters a blocking collective on another communicator (under
+     * NCCLMPI_AGREE it starts with a route vote there) while its peers wait for the two
+     * (c's NCCL communicator made first, so that the second is queued) */
+    dev_allreduce_check(c, 256, 9, "a blocking Allreduce on the communicator of the queue");
+    b = nb_new(2, n, 40);
+    nb_start(&b, 0, c, &q[0]);
+    nb_start(&b, 1, c, &q[1]);
+    if (rank == 0) {
+        dev_allreduce_check(MPI_COMM_WORLD, 512, 5, "blocking Allreduce on another communicator with two queued");
+        STEP();
+        rc = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    } else {
+        STEP();
+        rc = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        dev_allreduce_check(MPI_COMM_WORLD, 512, 5, "blocking Allreduce after the Waitall");
+    }
+    CHECK(rc == MPI_SUCCESS, "Waitall crossing a blocking collective returned %d", rc);
+    nb_check_free(&b, 2, "2 Iallreduce crossing a blocking collective");
     /* 64 at once */
     b = nb_new(64, n, 100);
     for (int k = 0; k < 64; k++) nb_start(&b, k, c, &q[k]);

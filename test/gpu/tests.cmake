@@ -78,6 +78,12 @@ foreach(np 2 3)
   set_tests_properties(gpu_hazard_uint8_sum_np${np}_noavx PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NCCLMPI_AGREE=1;OMPI_MCA_op=^avx")
 endforeach()
+# coalesce_triggers under NCCLMPI_AGREE (a blocking collective starts with a route vote)
+foreach(np 2 3)
+  add_test(gpu_hazard_coalesce_triggers_np${np}_agree ${GRUN} ${np} "${NM_HAZARD}" coalesce_triggers)
+  set_tests_properties(gpu_hazard_coalesce_triggers_np${np}_agree PROPERTIES LABELS "gpu" TIMEOUT 180
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_AGREE=1")
+endforeach()
 # envelope_order with device envelopes (NCCLMPI_P2P_ENVELOPE=device, every device send of 4 KiB
 # or more): nonblocking sends queue their envelopes until the next call that may wait
 foreach(np 2 3)
