@@ -296,6 +296,18 @@ static const char *op_name(MPI_Op op)
 static const char *only; /* --only NAME: the cases of one collective (to bisect a sanitizer report) */
 static int trace;        /* --trace: rank 0 names each case before running it */
 
+/* In place, MPI_Reduce_scatter(_block) defines only the rank's own block at the start of the
+ * receive buffer: the rest held input, and an MPI may leave anything there (Open MPI reduces the
+ * whole vector into rank 0's buffer first). 1 when got and want differ only there. */
+static int undefined_only(const tcase_t *t, const layout_t *L, int crank, MPI_Aint ext, const char *got,
+                          const char *want, size_t rbytes)
+{
+    if (!t->inplace || (t->coll != REDUCE_SCATTER && t->coll != REDUCE_SCATTER_BLOCK)) return 0;
+    size_t mine = (size_t)(t->coll == REDUCE_SCATTER ? L->rcounts[crank] : t->count) * (size_t)ext;
+    size_t whole = rbytes - 64; /* the input, then the tail that catches overruns */
+    return memcmp(got, want, mine) == 0 && memcmp(got + whole, want + whole, 64) == 0;
+}
+
 static void run_case(const tcase_t *t)
 {
     if (only && strcmp(coll_name[t->coll], only)) return; /* the same on every rank */
@@ -360,7 +372,7 @@ static void run_case(const tcase_t *t)
     } else if (t->nb && hrecv != (rank + size - 1) % size) {
         fprintf(stderr, "[rank %d] FAIL %s: host request in the same Waitall got %d\n", rank, what, hrecv);
         bad = 1;
-    } else if (memcmp(got, hr, rbytes) != 0) {
+    } else if (memcmp(got, hr, rbytes) != 0 && !undefined_only(&tt, &L, crank, ext, got, hr, rbytes)) {
         size_t i = 0;
         while (got[i] == hr[i]) i++;
         fprintf(stderr, "[rank %d] FAIL %s: first differing byte %zu of %zu (got 0x%02x, want 0x%02x)\n", rank, what, i,
