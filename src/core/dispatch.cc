@@ -332,7 +332,11 @@ enum Enter { ENTER_PMPI = 0, ENTER_DONE = 1, ENTER_REAL = 2 };
 // may get one, so real_done() decodes what it got (REAL)
 int envelope_host(nm_op_t *o, int *rc)
 {
-    if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) return env_send(o, rc) ? ENTER_DONE : ENTER_PMPI;
+    if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) {
+        if (env_send(o, rc)) return ENTER_DONE;
+        if (env_send_defers(o)) env_flush_sends();  // sent as it is: the queued envelopes go first
+        return ENTER_PMPI;
+    }
     if (envelope_recv(o, nullptr, rc)) return ENTER_DONE;
     if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && !env_comm(o->comm))) return ENTER_PMPI;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
@@ -378,6 +382,15 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
 
 using namespace ncclmpi;
 
+// A nonblocking receive, and a nonblocking send that queues its own envelope (or, sent as it is,
+// sends the queue first: envelope_host, the staged route), neither wait nor send ahead of the
+// queued envelopes: those stay queued (one wait for a burst). Every other call sends them first.
+static bool keeps_queued_envelopes(const nm_op_t *o)
+{
+    return (o->flags & NM_OPF_NB) && !(o->flags & NM_OPF_PERS) &&
+           (o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV || env_send_defers(o));
+}
+
 // nm_enter without the core's own call of the real MPI: an Enter
 static int enter(nm_op_t *o, int *rc)
 {
@@ -394,6 +407,7 @@ static int enter(nm_op_t *o, int *rc)
     DepthGuard dg;
     if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
         if (!env_on()) return ENTER_PMPI;
+        if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) && !keeps_queued_envelopes(o)) nm_flush();
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
@@ -445,11 +459,7 @@ static int enter(nm_op_t *o, int *rc)
     // (one with a carrier flushes, as its ranks without data do on their host route)
     // (the one-shot route is an engine route like NCCL's: its kernels are ordered with NCCL's)
     const bool engine = d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT;
-    // a nonblocking receive, and a nonblocking device send that queues its own envelope, neither
-    // wait nor send ahead of the queued envelopes: those stay queued (one wait for a burst)
-    const bool keeps_envelopes = (o->flags & NM_OPF_NB) && !(o->flags & NM_OPF_PERS) &&
-                                 (o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV ||
-                                  (d.route == NCCLMPI_ROUTE_STAGED && env_send_defers(o)));
+    const bool keeps_envelopes = keeps_queued_envelopes(o) && (d.route == NCCLMPI_ROUTE_STAGED || d.route == NCCLMPI_ROUTE_HOST);
     if (!engine || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) {  // nothing to do in the common case
             if (engine) engine_flush_waitable(cs, UINT64_MAX);

@@ -368,7 +368,7 @@ struct Deferred {
     nm_op_t o;  // the call (o.req: set when it is sent)
     Task *t;
     Held h;
-    Device *d;
+    Device *d;   // null: a host payload (the test mode), copied at the call
     CUevent ev;  // after the copy into the pool
     MPI_Request inner;
 };
@@ -378,8 +378,28 @@ static std::vector<Deferred> deferred;
 
 bool env_send_defers(const nm_op_t *o)
 {
-    return device_mode && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS) &&
+    return nm_env_active && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS) &&
            send_mode(o->fn);
+}
+
+// A nonblocking send's envelope, its payload set aside in h, into the queue; its request is a task.
+static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc)
+{
+    Task *t = Task::get(o);
+    t->set_deferred();
+    if ((*rc = t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
+        if (ev) {
+            DeviceGuard dg(d->ctx);
+            cu.cuEventSynchronize(ev);
+            ev_put(d, ev);
+        }
+        held_free(h);
+        return 1;
+    }
+    __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
+    std::lock_guard<std::mutex> g(defer_mu);
+    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL});
+    return 1;
 }
 
 void env_flush_sends()
@@ -392,18 +412,19 @@ void env_flush_sends()
     }
     if (v.empty()) return;
     for (Deferred &x : v) {  // the copies ran one after another on the legacy stream: the first
-        CUresult r;          // wait is the only long one
-        {
+        CUresult r = CUDA_SUCCESS;  // wait is the only long one
+        if (x.d) {
             DeviceGuard dg(x.d->ctx);
             r = cu.cuEventSynchronize(x.ev);
+            ev_put(x.d, x.ev);
         }
-        ev_put(x.d, x.ev);
         if (r != CUDA_SUCCESS) {
             held_free(x.h);
             x.t->sent(MPI_REQUEST_NULL, NM_ERR_CUDA, "the copy of the payload into the send pool failed");
         } else {
             x.o.req = &x.inner;
-            const int rc = send_held(&x.o, x.h, NM_ENV_IPC, (uint64_t)x.h.off, x.h.len, &pools[x.h.pool].handle);
+            const int rc = x.d ? send_held(&x.o, x.h, NM_ENV_IPC, (uint64_t)x.h.off, x.h.len, &pools[x.h.pool].handle)
+                               : send_held(&x.o, x.h, NM_ENV_HOST, (uint64_t)(uintptr_t)x.h.payload, x.h.len, nullptr);
             x.t->sent(x.inner, rc == MPI_SUCCESS ? NM_OK : NM_ERR_MPI, "the real MPI did not take the envelope");
         }
         __atomic_sub_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
@@ -419,13 +440,13 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     if (off < 0) return env_flush_sends(), 0;
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
-    const bool defer = env_send_defers(o);
+    const bool later = env_send_defers(o);
     CUevent ev = nullptr;
-    bool ok = d && h.wire && (!defer || (ev = ev_get(d)));
+    bool ok = d && h.wire && (!later || (ev = ev_get(d)));
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with
         DeviceGuard dg(d->ctx);
         ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
-             (defer ? cu.cuEventRecord(ev, CU_STREAM_LEGACY) : cu.cuStreamSynchronize(CU_STREAM_LEGACY)) == CUDA_SUCCESS;
+             (later ? cu.cuEventRecord(ev, CU_STREAM_LEGACY) : cu.cuStreamSynchronize(CU_STREAM_LEGACY)) == CUDA_SUCCESS;
     }
     if (!ok) {
         if (ev) {
@@ -434,26 +455,14 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
             ev_put(d, ev);
         }
         held_free(h);
-        if (defer) env_flush_sends();
+        if (later) env_flush_sends();
         return 0;
     }
-    if (!defer) {
+    if (!later) {
         *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
         return 1;
     }
-    Task *t = Task::get(o);
-    t->set_deferred();
-    if ((*rc = t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
-        DeviceGuard dg(d->ctx);
-        cu.cuEventSynchronize(ev);
-        ev_put(d, ev);
-        held_free(h);
-        return 1;
-    }
-    __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
-    std::lock_guard<std::mutex> g(defer_mu);
-    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL});
-    return 1;
+    return defer(o, h, d, ev, rc);
 }
 
 int env_send(nm_op_t *o, int *rc)
@@ -472,6 +481,8 @@ int env_send(nm_op_t *o, int *rc)
         return 0;  // the real MPI sends it as it is
     }
     memcpy(h.payload, (const char *)o->sbuf + lo, bytes);
+    h.len = bytes;
+    if (env_send_defers(o)) return defer(o, h, nullptr, nullptr, rc);  // as device mode does
     *rc = send_held(o, h, NM_ENV_HOST, (uint64_t)(uintptr_t)h.payload, bytes, nullptr);
     return 1;
 }
