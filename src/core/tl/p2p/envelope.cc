@@ -363,7 +363,8 @@ static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t add
     return send_wire(o, h, e);
 }
 
-// Nonblocking device sends whose envelopes wait for the next flush, in call order (envelope.h).
+// Nonblocking sends (device payloads; host ones in the test mode) whose envelopes wait for the
+// next flush, in call order (envelope.h).
 struct Deferred {
     nm_op_t o;  // the call (o.req: set when it is sent)
     Task *t;
