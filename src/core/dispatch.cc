@@ -334,7 +334,7 @@ int envelope_host(nm_op_t *o, int *rc)
 {
     if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) {
         if (env_send(o, rc)) return ENTER_DONE;
-        if (env_send_defers(o)) env_flush_sends();  // sent as it is: the queued envelopes go first
+        env_flush_sends();  // sent as it is: the queued envelopes go first
         return ENTER_PMPI;
     }
     if (envelope_recv(o, nullptr, rc)) return ENTER_DONE;
@@ -459,11 +459,10 @@ static int enter(nm_op_t *o, int *rc)
     // (one with a carrier flushes, as its ranks without data do on their host route)
     // (the one-shot route is an engine route like NCCL's: its kernels are ordered with NCCL's)
     const bool engine = d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT;
-    const bool keeps_envelopes = keeps_queued_envelopes(o) && (d.route == NCCLMPI_ROUTE_STAGED || d.route == NCCLMPI_ROUTE_HOST);
     if (!engine || !(o->flags & NM_OPF_NB) || (d.act & NM_ACT_CARRIER)) {
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) {  // nothing to do in the common case
             if (engine) engine_flush_waitable(cs, UINT64_MAX);
-            if (keeps_envelopes) engine_flush_all_except(nullptr);
+            if (!engine && keeps_queued_envelopes(o)) engine_flush_all_except(nullptr);
             else nm_flush();
         }
     }
@@ -490,7 +489,7 @@ static int enter(nm_op_t *o, int *rc)
         if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&
             env_send_device(o, b[0].first(), (size_t)(b[0].hi - b[0].lo), c.device, rc))
             return ENTER_DONE;
-        if (keeps_envelopes && o->kind == NM_OPK_SEND) env_flush_sends();  // staged after all: they go first
+        if (o->kind == NM_OPK_SEND) env_flush_sends();  // staged after all: the queued envelopes go first
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
             nm_status_t st = stage_pipelined(x, c.device, rc);

@@ -157,6 +157,15 @@ static void gb_free(gbuf_t *g)
     g->p = NULL;
 }
 
+/* several at once (a null ends the list) */
+static void gb_free_all(gbuf_t *g, ...)
+{
+    va_list ap;
+    va_start(ap, g);
+    for (; g; g = va_arg(ap, gbuf_t *)) gb_free(g);
+    va_end(ap);
+}
+
 /* whole image (guards included) on the host; the body starts at [GUARD] */
 static unsigned char *gb_image(const gbuf_t *g)
 {
@@ -1855,9 +1864,7 @@ static void sc_envelope_order(void)
             MPI_Isend(c.p, MID, MPI_INT, 1, TAG, MPI_COMM_WORLD, &q[2]);
             int rc = MPI_Waitall(3, q, MPI_STATUSES_IGNORE);
             CHECK(rc == MPI_SUCCESS, "Waitall of three sends returned %d", rc);
-            gb_free(&a);
-            gb_free(&b);
-            gb_free(&c);
+            gb_free_all(&a, &b, &c, (gbuf_t *)NULL);
         } else {
             precv_check(0, 1, BIG, TAG, "1st of three messages with one tag");
             precv_check(0, 2, 2, TAG, "2nd (small) of three messages with one tag");
@@ -1909,10 +1916,7 @@ static void sc_envelope_order(void)
             CHECK(rc == MPI_SUCCESS, "exchange Waitall returned %d", rc);
             gb_expect(&r1, w1, sizeof(int), "exchange, first message");
             gb_expect(&r2, w2, sizeof(int), "exchange, second message");
-            gb_free(&s1);
-            gb_free(&s2);
-            gb_free(&r1);
-            gb_free(&r2);
+            gb_free_all(&s1, &s2, &r1, &r2, (gbuf_t *)NULL);
             free(w1);
             free(w2);
         }
@@ -1942,10 +1946,7 @@ static void sc_envelope_order(void)
     MPI_Wait(&sq, MPI_STATUS_IGNORE);
     gb_expect(&r1, want, sizeof(int), "Iallreduce after a queued send (1)");
     gb_expect(&r2, want, sizeof(int), "Iallreduce after a queued send (2)");
-    gb_free(&a);
-    gb_free(&s);
-    gb_free(&r1);
-    gb_free(&r2);
+    gb_free_all(&a, &s, &r1, &r2, (gbuf_t *)NULL);
     free(want);
     STEP();
     MPI_Comm_free(&c);

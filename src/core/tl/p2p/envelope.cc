@@ -376,6 +376,7 @@ struct Deferred {
 static std::mutex defer_mu;        // the list
 static std::mutex defer_flush_mu;  // one flush at a time: a thread's envelopes leave in its order
 static std::vector<Deferred> deferred;
+static std::atomic<int> ndeferred{0};  // its size, read without a lock (a send that goes as it is asks)
 
 bool env_send_defers(const nm_op_t *o)
 {
@@ -400,16 +401,19 @@ static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc)
     __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
     std::lock_guard<std::mutex> g(defer_mu);
     deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL});
+    ndeferred.store((int)deferred.size(), std::memory_order_release);
     return 1;
 }
 
 void env_flush_sends()
 {
+    if (ndeferred.load(std::memory_order_acquire) == 0) return;  // the common case: no lock
     std::lock_guard<std::mutex> fg(defer_flush_mu);
     std::vector<Deferred> v;
     {
         std::lock_guard<std::mutex> g(defer_mu);
         v.swap(deferred);
+        ndeferred.store(0, std::memory_order_release);
     }
     if (v.empty()) return;
     for (Deferred &x : v) {  // the copies ran one after another on the legacy stream: the first
