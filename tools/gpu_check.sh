@@ -16,7 +16,8 @@
 #           one rank per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
-# NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits)
+# NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits);
+# NM_CTEST_ARGS: more ctest arguments (-R/-E to split the label over chained calls)
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 OUT=${OUT:-/tmp/nm-out}
@@ -47,7 +48,7 @@ lib=$PWD/.libs/libncclmpi.so
 ./tools/ncclmpi_info -a > "$OUT/info.txt" 2>&1
 run="mpirun --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_PRELOAD=$lib"
 ctest_run() {  # label regex, time limit
-  timeout "$2" ctest -L "$1" --output-on-failure -j"${NM_CTEST_JOBS:-1}" --timeout 180 > "$OUT/ctest.log" 2>&1
+  timeout "$2" ctest -L "$1" ${NM_CTEST_ARGS:-} --output-on-failure -j"${NM_CTEST_JOBS:-1}" --timeout 180 > "$OUT/ctest.log" 2>&1
   echo "== ctest ($1): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
   grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Timeout|Not Run|\*\*\*)" "$OUT/ctest.log" | head -40
   grep -E "Total Test time" "$OUT/ctest.log"

@@ -1963,31 +1963,33 @@ typedef struct {
     int threads;     /* MPI_Init_thread(MPI_THREAD_MULTIPLE) */
     int per_rank;    /* each rank's own verdict (no collective after the scenario) */
     int mixes_kinds; /* host and device buffers in one collective: NCCLMPI_AGREE=1 under ncclmpi */
+    int nccl_only;   /* a failure of the NCCL route (injected, a killed peer): skipped (exit 77) where
+                      * ranks share a GPU, whose calls run staged in the real MPI (design.md, "Failures") */
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"layout_gather", sc_layout_gather, NULL, 1, 0, 0, 0, 0},
-    {"layout_bcast", sc_layout_bcast, NULL, 1, 0, 0, 0, 0},
-    {"layout_reduce", sc_layout_reduce, NULL, 1, 0, 0, 0, 0},
-    {"empty_gatherv_first", sc_empty_gatherv_first, NULL, 2, 0, 0, 0, 0},
-    {"empty_alltoallv_first", sc_empty_alltoallv_first, NULL, 2, 0, 0, 0, 0},
-    {"empty_scatterv", sc_empty_scatterv, NULL, 2, 0, 0, 0, 0},
-    {"bottom", sc_bottom, NULL, 1, 0, 0, 0, 0},
-    {"signature_pipelined", sc_signature_pipelined, NULL, 1, 0, 0, 0, 0},
-    {"uint8_sum", sc_uint8_sum, NULL, 1, 0, 0, 0, 1},
-    {"agree_mixed", sc_agree_mixed, NULL, 1, 0, 0, 0, 1},
-    {"threads", sc_threads, NULL, 1, 0, 1, 0, 0},
-    {"first_nb_crossing", sc_first_nb_crossing, NULL, 2, 0, 0, 0, 0},
-    {"comm_free_outstanding", sc_comm_free_outstanding, NULL, 2, 0, 0, 0, 0},
-    {"dup_churn", sc_dup_churn, NULL, 1, 0, 0, 0, 0},
-    {"progress", sc_progress, NULL, 2, 0, 0, 0, 0},
-    {"coalesce_triggers", sc_coalesce_triggers, NULL, 2, 0, 0, 0, 0},
-    {"explicit_group", sc_explicit_group, NULL, 1, 0, 0, 0, 0},
-    {"fault", sc_fault, NULL, 1, 1, 0, 1, 0},
-    {"fault_nb", sc_fault_nb, NULL, 1, 1, 0, 1, 0},
-    {"kill", sc_kill, NULL, 2, 1, 0, 1, 0},
-    {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0},
-    {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0},
+    {"layout_gather", sc_layout_gather, NULL, 1, 0, 0, 0, 0, 0},
+    {"layout_bcast", sc_layout_bcast, NULL, 1, 0, 0, 0, 0, 0},
+    {"layout_reduce", sc_layout_reduce, NULL, 1, 0, 0, 0, 0, 0},
+    {"empty_gatherv_first", sc_empty_gatherv_first, NULL, 2, 0, 0, 0, 0, 0},
+    {"empty_alltoallv_first", sc_empty_alltoallv_first, NULL, 2, 0, 0, 0, 0, 0},
+    {"empty_scatterv", sc_empty_scatterv, NULL, 2, 0, 0, 0, 0, 0},
+    {"bottom", sc_bottom, NULL, 1, 0, 0, 0, 0, 0},
+    {"signature_pipelined", sc_signature_pipelined, NULL, 1, 0, 0, 0, 0, 0},
+    {"uint8_sum", sc_uint8_sum, NULL, 1, 0, 0, 0, 1, 0},
+    {"agree_mixed", sc_agree_mixed, NULL, 1, 0, 0, 0, 1, 0},
+    {"threads", sc_threads, NULL, 1, 0, 1, 0, 0, 0},
+    {"first_nb_crossing", sc_first_nb_crossing, NULL, 2, 0, 0, 0, 0, 0},
+    {"comm_free_outstanding", sc_comm_free_outstanding, NULL, 2, 0, 0, 0, 0, 0},
+    {"dup_churn", sc_dup_churn, NULL, 1, 0, 0, 0, 0, 0},
+    {"progress", sc_progress, NULL, 2, 0, 0, 0, 0, 0},
+    {"coalesce_triggers", sc_coalesce_triggers, NULL, 2, 0, 0, 0, 0, 0},
+    {"explicit_group", sc_explicit_group, NULL, 1, 0, 0, 0, 0, 0},
+    {"fault", sc_fault, NULL, 1, 1, 0, 1, 0, 1},
+    {"fault_nb", sc_fault_nb, NULL, 1, 1, 0, 1, 0, 1},
+    {"kill", sc_kill, NULL, 2, 1, 0, 1, 0, 1},
+    {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0, 0},
+    {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0, 0},
 };
 
 static void usage(void)
@@ -2045,8 +2047,13 @@ int main(int argc, char **argv)
             MPI_Finalize();
             return 77;
         }
-        gpu_select(NULL);
+        const int distinct = gpu_select(NULL);
         CUDACHECK(cudaGetDevice(&g_dev));
+        if (sc->nccl_only && !distinct) {
+            if (rank == 0) printf("gpu_hazard %s: skipped (ranks share a GPU: the calls run staged, not on NCCL)\n", scen);
+            MPI_Finalize();
+            return 77;
+        }
         const char *agree = getenv("NCCLMPI_AGREE");
         if (sc->mixes_kinds && dlsym(RTLD_DEFAULT, "ncclmpi_get_stats") && !(agree && agree[0] == '1')) {
             if (rank == 0)
