@@ -89,7 +89,23 @@ static const char floor_ptx[] =
     "  st.release.sys.global.u64 [%rd1], %rd4;\n"
     "WAIT:\n  ld.acquire.sys.global.u64 %rd5, [%rd2];\n  setp.ge.u64 %p1, %rd5, %rd4;\n"
     "  @%p1 bra DONE;\n  add.u64 %rd6, %rd6, 1;\n  setp.lt.u64 %p2, %rd6, 400000000;\n  @%p2 bra WAIT;\n"
-    "DONE:\n  st.release.sys.global.u64 [%rd3], %rd4;\n  ret;\n}\n";
+    "DONE:\n  st.release.sys.global.u64 [%rd3], %rd4;\n  ret;\n}\n"
+    /* nm_resident: stays on the GPU; for each doorbell value v above the last (host memory), stores v
+     * into the peer's flag, waits for the peer's, writes v to the pinned done flag; ~0 stops it.
+     * Each wait gives up after 10^7 polls. */
+    ".visible .entry nm_resident(.param .u64 peer, .param .u64 mine, .param .u64 door, .param .u64 done) {\n"
+    "  .reg .b64 %rd<10>;\n  .reg .pred %p<4>;\n"
+    "  ld.param.u64 %rd1, [peer];\n  ld.param.u64 %rd2, [mine];\n  ld.param.u64 %rd3, [door];\n"
+    "  ld.param.u64 %rd4, [done];\n  mov.u64 %rd5, 0;\n"
+    "LOOP:\n  mov.u64 %rd7, 0;\n"
+    "DOOR:\n  ld.acquire.sys.global.u64 %rd6, [%rd3];\n  setp.gt.u64 %p1, %rd6, %rd5;\n  @%p1 bra GOT;\n"
+    "  add.u64 %rd7, %rd7, 1;\n  setp.lt.u64 %p2, %rd7, 10000000;\n  @%p2 bra DOOR;\n  bra END;\n"
+    "GOT:\n  setp.eq.u64 %p3, %rd6, 0xFFFFFFFFFFFFFFFF;\n  @%p3 bra END;\n  mov.u64 %rd5, %rd6;\n"
+    "  st.release.sys.global.u64 [%rd1], %rd5;\n  mov.u64 %rd7, 0;\n"
+    "PEER:\n  ld.acquire.sys.global.u64 %rd8, [%rd2];\n  setp.ge.u64 %p1, %rd8, %rd5;\n  @%p1 bra FIN;\n"
+    "  add.u64 %rd7, %rd7, 1;\n  setp.lt.u64 %p2, %rd7, 10000000;\n  @%p2 bra PEER;\n  bra END;\n"
+    "FIN:\n  st.release.sys.global.u64 [%rd4], %rd5;\n  bra LOOP;\n"
+    "END:\n  ret;\n}\n";
 
 static int spin_until(volatile unsigned long long *w, unsigned long long v)
 {
@@ -100,16 +116,93 @@ static int spin_until(volatile unsigned long long *w, unsigned long long v)
     }
 }
 
+/* The floor of a one-shot exchange with no launch per call (2 ranks): a kernel that stays on the GPU
+ * (its own non-blocking stream) is rung by a doorbell in pinned host memory, exchanges a flag with
+ * the peer GPU and writes the pinned done flag, the host spinning on it. Rung two ways, alternately:
+ * a plain host store (what a call may do when the application's stream has nothing pending), and a
+ * cuStreamWriteValue64 on the legacy stream (ordered after the application's work). Also the host
+ * cost of asking whether the legacy stream has anything pending (cudaStreamQuery, idle stream). */
+static void resident_floor(MPI_Comm c, cudaKernel_t kres, unsigned long long *peer, unsigned long long *mine,
+                           unsigned long long *v)
+{
+    typedef int (*wv_t)(void *, unsigned long long, unsigned long long, unsigned);
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    wv_t wv = drv ? (wv_t)dlsym(drv, "cuStreamWriteValue64_v2") : NULL;
+    unsigned long long *door = NULL, *done = NULL;
+    void *ddoor = NULL, *ddone = NULL;
+    cudaStream_t rs = NULL;
+    int ok = wv && cudaHostAlloc((void **)&door, 8, cudaHostAllocMapped) == cudaSuccess &&
+             cudaHostAlloc((void **)&done, 8, cudaHostAllocMapped) == cudaSuccess &&
+             cudaHostGetDevicePointer(&ddoor, door, 0) == cudaSuccess &&
+             cudaHostGetDevicePointer(&ddone, done, 0) == cudaSuccess &&
+             cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking) == cudaSuccess;
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c);
+    if (!all) {
+        if (rank == 0) printf("resident kernel: not measured (no cuStreamWriteValue64 or allocation failed on a rank)\n");
+        return;
+    }
+    *(volatile unsigned long long *)door = 0;
+    *(volatile unsigned long long *)done = 0;
+    void *ka[] = {&peer, &mine, &ddoor, &ddone};
+    CK(cudaLaunchKernel((const void *)kres, dim3_1(), dim3_1(), ka, 0, rs));
+    enum { W = 2 };
+    double *t[W];
+    for (int k = 0; k < W; k++) t[k] = malloc(R * sizeof(double));
+    int lost = 0;
+    for (int rep = -10; rep < R && !lost; rep++) {
+        double d[W] = {0};
+        for (int k = 0; k < W; k++) {
+            MPI_Barrier(c);
+            double a = bench_now();
+            ++*v;
+            if (k == 0) {
+                __atomic_store_n(door, *v, __ATOMIC_RELEASE);
+            } else if (wv(cudaStreamLegacy, (unsigned long long)(uintptr_t)ddoor, *v, 0) != 0) {
+                lost = 1;
+            }
+            lost |= !spin_until(done, *v);
+            d[k] = bench_now() - a;
+        }
+        if (rep >= 0)
+            for (int k = 0; k < W; k++) t[k][rep] = d[k] * 1e6;
+        int any = 0;
+        MPI_Allreduce(&lost, &any, 1, MPI_INT, MPI_MAX, c);
+        lost = any;
+    }
+    __atomic_store_n(door, ~0ULL, __ATOMIC_RELEASE);  /* stop it (it also stops by itself when lost) */
+    CK(cudaStreamSynchronize(rs));
+    CK(cudaStreamSynchronize(cudaStreamLegacy));
+    enum { N = 20000 };
+    double a = bench_now();
+    for (int i = 0; i < N; i++) (void)cudaStreamQuery(cudaStreamLegacy);
+    double q = (bench_now() - a) * 1e9 / N;
+    double m[W];
+    for (int k = 0; k < W; k++) m[k] = lost ? 0 : median(t[k], R);
+    if (rank == 0) {
+        if (lost) printf("resident kernel: a flag did not arrive within 1 s; not measured\n");
+        else
+            printf("resident kernel (us, median over ranks-max): host-store doorbell + flag ping + pinned flag %.2f; "
+                   "the same rung by cuStreamWriteValue64 on the legacy stream %.2f; cudaStreamQuery(legacy, idle) "
+                   "%.0f ns\n", m[0], m[1], q);
+    }
+    for (int k = 0; k < W; k++) free(t[k]);
+    cudaStreamDestroy(rs);
+    cudaFreeHost(door);
+    cudaFreeHost(done);
+}
+
 static void launch_floor(MPI_Comm c)
 {
     cudaLibrary_t lib;
-    cudaKernel_t kempty, kflag, kping;
+    cudaKernel_t kempty, kflag, kping, kres;
     unsigned long long *hw = NULL, *mine = NULL, *peer = NULL;
     void *dw = NULL;
     int ok = cudaLibraryLoadData(&lib, floor_ptx, NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess &&
              cudaLibraryGetKernel(&kempty, lib, "nm_empty") == cudaSuccess &&
              cudaLibraryGetKernel(&kflag, lib, "nm_flag") == cudaSuccess &&
              cudaLibraryGetKernel(&kping, lib, "nm_ping") == cudaSuccess &&
+             cudaLibraryGetKernel(&kres, lib, "nm_resident") == cudaSuccess &&
              cudaHostAlloc((void **)&hw, 8, cudaHostAllocMapped) == cudaSuccess &&
              cudaHostGetDevicePointer(&dw, hw, 0) == cudaSuccess && cudaMalloc((void **)&mine, 8) == cudaSuccess &&
              cudaMemset(mine, 0, 8) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
@@ -181,6 +274,7 @@ static void launch_floor(MPI_Comm c)
                    "spin %.2f; two-GPU flag ping + pinned flag %s%.2f; 8 B MPI_Allreduce %.2f\n",
                    m[0], m[1], ping ? "" : "(not run, needs 2 ranks) ", m[2], m[3]);
     }
+    if (ping && !lost) resident_floor(c, kres, peer, mine, &v);
     if (peer) cudaIpcCloseMemHandle(peer);
     for (int k = 0; k < W; k++) free(t[k]);
     cudaFree(one);

@@ -54,9 +54,11 @@ int ncclmpi_nccl_loaded(void);
  * ncclmpi_group_begin() and ncclmpi_group_end() are launched together, as one NCCL group per
  * communicator, at ncclmpi_group_end(). Like ncclGroupStart/ncclGroupEnd, every rank must group
  * the same operations; a request of the group completes only after ncclmpi_group_end() (waiting on
- * it inside the group never returns), and a blocking collective inside a group ends the group
- * there. Groups nest; only the outermost end launches. Return MPI_SUCCESS or an MPI error code.
- * Host-buffer calls inside a group are unaffected.
+ * it inside the group fails with MPI_ERR_REQUEST), and a blocking collective inside a group ends
+ * the group there. Groups nest; only the outermost end launches. As NCCL orders a group's work at
+ * ncclGroupEnd, the group's operations follow the application's work on the default stream as it
+ * stands at ncclmpi_group_end() (outside a group, each follows it as it stands at its call).
+ * Return MPI_SUCCESS or an MPI error code. Host-buffer calls inside a group are unaffected.
  *
  *     ncclmpi_group_begin();
  *     for (int i = 0; i < nbuckets; i++)

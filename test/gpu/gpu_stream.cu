@@ -1,9 +1,11 @@
 // gpu_stream: a kernel writes the send buffer on the legacy default stream and MPI_Allreduce is
 // called right after, with no synchronisation. A CUDA-aware MPI must see the kernel's data
 // (ncclmpi orders its comm stream after the default stream). Checked for NCCL-able and staged
-// operations, blocking and nonblocking; and a kernel still writing a device receive buffer when a
-// staged receive is posted must finish before the message lands.
+// operations, blocking and nonblocking, and inside an explicit ncclmpi group (the kernel launched
+// before the group, or inside it before the call); and a kernel still writing a device receive
+// buffer when a staged receive is posted must finish before the message lands.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>
 
@@ -42,16 +44,30 @@ int main(int argc, char **argv)
     CUDACHECK(cudaMalloc(&d_out, n * sizeof(int)));
     int failures = 0;
     MPI_Op ops[2] = {MPI_SUM, MPI_BOR};  // NCCL path and staged path
-    for (int variant = 0; variant < 4; variant++) {
-        MPI_Op op = ops[variant & 1];
-        int nb = variant >> 1;
+    // ncclmpi's explicit groups (variants 4 and 5), where the library is loaded
+    int (*gbegin)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
+    int (*gend)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_end");
+    const int nvariants = gbegin && gend ? 6 : 4;
+    for (int variant = 0; variant < nvariants; variant++) {
+        MPI_Op op = variant >= 4 ? MPI_SUM : ops[variant & 1];
+        int nb = variant >= 4 ? 1 : variant >> 1;
+        int group = variant >= 4 ? variant - 3 : 0;  // 1: kernel before the group; 2: inside it
         CUDACHECK(cudaMemset(d_in, 0, n * sizeof(int)));
         CUDACHECK(cudaMemset(d_out, 0xff, n * sizeof(int)));
         CUDACHECK(cudaDeviceSynchronize());
+        if (group == 2) gbegin();
         slow_fill<<<64, 256>>>(d_in, n, rank, 50 * 1000 * 1000);  // 50 ms, legacy default stream
         CUDACHECK(cudaGetLastError());
         MPI_Request req;
-        if (nb) {
+        if (group) {
+            if (group == 1) gbegin();
+            MPI_Iallreduce(d_in, d_out, n, MPI_INT, op, MPI_COMM_WORLD, &req);
+            if (gend() != MPI_SUCCESS) {
+                fprintf(stderr, "[rank %d] FAIL variant %d: ncclmpi_group_end failed\n", rank, variant);
+                failures++;
+            }
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+        } else if (nb) {
             MPI_Iallreduce(d_in, d_out, n, MPI_INT, op, MPI_COMM_WORLD, &req);
             MPI_Wait(&req, MPI_STATUS_IGNORE);
         } else {
@@ -62,8 +78,10 @@ int main(int argc, char **argv)
             long long want = 0;
             for (int r = 0; r < size; r++) want = op == MPI_SUM ? want + (r + i % 97 + 1) : (want | (r + i % 97 + 1));
             if (h[i] != (int)want) {
-                fprintf(stderr, "[rank %d] FAIL variant %d (%s, %s): element %d = %d, want %lld\n", rank, variant,
-                        op == MPI_SUM ? "SUM" : "BOR", nb ? "Iallreduce" : "Allreduce", i, h[i], want);
+                fprintf(stderr, "[rank %d] FAIL variant %d (%s, %s%s): element %d = %d, want %lld\n", rank, variant,
+                        op == MPI_SUM ? "SUM" : "BOR", nb ? "Iallreduce" : "Allreduce",
+                        group == 1 ? ", kernel before the group" : group == 2 ? ", kernel inside the group" : "", i,
+                        h[i], want);
                 failures++;
                 break;
             }

@@ -563,14 +563,17 @@ nm_status_t engine_submit(Op *op, std::string *err)
 {
     CommState *cs = op->cs;
     ProcessGroup *pg = cs->pg.get();
-    // the application's work this op follows is what the legacy stream holds now
-    if (nm_cfg.STREAM_ORDER && pg) {
+    // An op of an explicit group follows the application's work up to the group's end, where
+    // launch() records the point once, as NCCL orders a group's work at ncclGroupEnd. Any other op
+    // follows what the legacy stream holds now.
+    const bool grouped = group_depth > 0 && !(op->act & NM_ACT_CARRIER);
+    if (nm_cfg.STREAM_ORDER && pg && !grouped) {
         DeviceGuard g(pg->ctx());
         op->order_ev = pg->event_get();
         if (op->order_ev) cu.cuEventRecord(op->order_ev, CU_STREAM_LEGACY);
     }
     cs->refs.fetch_add(1, std::memory_order_relaxed);  // released when the op completes
-    if (group_depth > 0 && !(op->act & NM_ACT_CARRIER)) {
+    if (grouped) {
         QueueLock g(cs);
         op->seq = ++cs->seq;
         op->explicit_group = true;
