@@ -11,6 +11,7 @@
  *           bcast       blocking MPI_Bcast, 2 floats
  *           iallreduce  MPI_Iallreduce + MPI_Wait, 2 floats in place
  *           burst       64 x MPI_Iallreduce + one MPI_Waitall (N counts operations)
+ *           group       the same inside ncclmpi_group_begin/end (N counts operations)
  *
  * Output: kind=<k> n=<N> ok=<0|1> [ns_per_call=<t>]   (ok: the calls took the NCCL route)
  */
@@ -24,12 +25,13 @@
 #include <string.h>
 #include <time.h>
 
-enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst"};
+enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_GROUP, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst", "group"};
 enum { BURST = 64 };
 
 static float *dbuf[BURST];
 static int errors;
+static int (*group_begin)(void), (*group_end)(void); /* ncclmpi's, looked up */
 
 __attribute__((noinline)) void dv_loop(int kind, long n)
 {
@@ -50,9 +52,12 @@ __attribute__((noinline)) void dv_loop(int kind, long n)
                 errors++;
         break;
     case K_BURST:
+    case K_GROUP:
         for (long i = 0; i < n; i += BURST) {
+            if (kind == K_GROUP && group_begin() != MPI_SUCCESS) errors++;
             for (int k = 0; k < BURST; k++)
                 if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[k], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]) != MPI_SUCCESS) errors++;
+            if (kind == K_GROUP && group_end() != MPI_SUCCESS) errors++;
             if (MPI_Waitall(BURST, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS) errors++;
         }
         break;
@@ -102,11 +107,18 @@ int main(int argc, char **argv)
         dbuf[k] = (float *)p;
     }
     MPI_Init(&argc, &argv);
+    group_begin = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
+    group_end = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_end");
+    if (kind == K_GROUP && (!group_begin || !group_end)) {
+        fprintf(stderr, "%s: group: ncclmpi_group_begin/end not found (libncclmpi not preloaded)\n", argv[0]);
+        return 2;
+    }
     /* the first calls make the communicator's NCCL communicator: a nonblocking one marks it, the
      * next blocking collective creates it */
-    dv_loop(kind, kind == K_BURST ? BURST : 1);
+    const long first = kind == K_BURST || kind == K_GROUP ? BURST : 1;
+    dv_loop(kind, first);
     MPI_Barrier(MPI_COMM_WORLD);
-    dv_loop(kind, kind == K_BURST ? BURST : 1);
+    dv_loop(kind, first);
     /* the route taken: ncclmpi_get_stats counts routes per function */
     int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
     const char *fn = kind == K_BCAST ? "Bcast" : kind == K_ALLREDUCE ? "Allreduce" : "Iallreduce";

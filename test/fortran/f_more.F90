@@ -34,7 +34,7 @@ program f_more
        'File_set_atomicity', 'Win_test', 'Cart_create', 'Cart_sub', 'Graph_create', &
        'Dist_graph_create', 'Dist_graph_create_adjacent', 'Intercomm_merge']
   integer(c_long_long) :: base(NF), ncall(NF), now
-  integer :: ierr, rank, nproc, nxt, prv, i, k, nerr, gerr, cnt
+  integer :: ierr, rank, nproc, nxt, prv, i, k, nerr, gerr, cnt, pid
   integer :: v(N), got(N), ext(N), back(N), winmem(N), red(N)
   integer :: gidx(4096), gedges(4096), one(1), srcs(1), dsts(1), wts(1), nin, nout, csize, half
   logical :: flag, weighted
@@ -75,7 +75,10 @@ program f_more
   ! ---- MPI-IO: a file name and a data representation (hidden lengths), then rank blocks ----
   call get_environment_variable('TMPDIR', dir, cnt)
   if (cnt == 0) dir = '/tmp'
-  write (path, '(A,A,I0,A)') trim(dir), '/ncclmpi_f_more.', nproc, '.dat'
+  ! named after rank 0's process: jobs that run at once (ctest -j) never share the file
+  pid = nmt_getpid()
+  call MPI_Bcast(pid, 1, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)
+  write (path, '(A,A,I0,A,I0,A)') trim(dir), '/ncclmpi_f_more.', nproc, '.', pid, '.dat'
   call MPI_File_open(MPI_COMM_WORLD, trim(path), ior(MPI_MODE_CREATE, MPI_MODE_RDWR), MPI_INFO_NULL, fh, ierr)
   call rc(ierr, 1, 'MPI_File_open '//trim(path))
   off = 0

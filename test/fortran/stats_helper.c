@@ -8,9 +8,11 @@
  *   nmt_fortran_calls(name)    entries into the Fortran entry points of MPI_<name>;
  *                              -1 when libncclmpi is absent, -2 when <name> is not intercepted
  *   nmt_c_calls(name)          the same for the C entry point MPI_<name>
+ *   nmt_getpid()               this process's id (a name no other job's files have)
  */
 #include <dlfcn.h>
 #include <stddef.h>
+#include <unistd.h>
 #include "ncclmpi.h"
 
 typedef int (*nmt_get_stats_fn)(const char *, ncclmpi_stats_t *);
@@ -39,3 +41,5 @@ static long long nmt_get(const char *name, int fortran)
 
 long long nmt_fortran_calls(const char *name) { return nmt_get(name, 1); }
 long long nmt_c_calls(const char *name) { return nmt_get(name, 0); }
+
+int nmt_getpid(void) { return (int)getpid(); }
