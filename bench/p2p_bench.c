@@ -12,7 +12,8 @@
  * rank to its 6 face neighbours and from them; in a dimension of 1 or 2 ranks a neighbour is the
  * rank itself or appears twice). Every iteration is blocking (the data is in the receive
  * buffers when it returns) after a barrier; medians over ranks-max. Prints latency, the ratios to
- * raw NCCL, and writes CSV.
+ * raw NCCL, the part of the mpi way's time spent in its Irecv/Isend calls before the Waitall
+ * (mpi_post; 0 one way), and writes CSV.
  *
  *   mpirun -np 2 -x LD_PRELOAD=libncclmpi.so p2p_bench [-b 8] [-e 64M] [-f 4] [-p exchange,oneway,ring,halo3d]
  *          [-o out.csv]
@@ -80,6 +81,8 @@ static int peers(int pat, int *p, int *sends, int *recvs)
 static int stag(int pat, int k) { return pat == RING || pat == HALO ? k ^ 1 : 0; }
 static int rtag(int pat, int k) { return pat == RING || pat == HALO ? k : 0; }
 
+static double posted_at; /* W_MPI: when the last Isend returned (the Waitall starts) */
+
 static void run(int way, int pat, size_t n)
 {
     int p[MAXP], s, r, np = peers(pat, p, &s, &r);
@@ -97,6 +100,7 @@ static void run(int way, int pat, size_t n)
             MPI_Irecv(drecv + k * maxb, (int)n, MPI_BYTE, p[k], rtag(pat, k), MPI_COMM_WORLD, &q[nq++]);
             MPI_Isend(dsend + k * maxb, (int)n, MPI_BYTE, p[k], stag(pat, k), MPI_COMM_WORLD, &q[nq++]);
         }
+        posted_at = bench_now();
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
         return;
     case W_NCCL:
@@ -147,21 +151,28 @@ static void run(int way, int pat, size_t n)
     }
 }
 
-static double time_it(int way, int pat, size_t n, int iters)
+/* medians over ranks-max of an iteration; *post (W_MPI with Isend/Irecv, else 0): of the time
+ * spent issuing the Irecv/Isend calls, before the Waitall */
+static double time_it(int way, int pat, size_t n, int iters, double *post)
 {
-    double *t = malloc(iters * sizeof(double));
+    double *t = malloc(iters * sizeof(double)), *tp = malloc(iters * sizeof(double));
     for (int i = 0; i < 3; i++) run(way, pat, n);
     for (int i = 0; i < iters; i++) {
         PMPI_Barrier(MPI_COMM_WORLD);
+        posted_at = 0;
         double t0 = bench_now();
         run(way, pat, n);
         t[i] = bench_now() - t0;
+        tp[i] = posted_at > 0 ? posted_at - t0 : 0;
     }
     qsort(t, iters, sizeof(double), bench_cmp_double);
-    double med = t[iters / 2], mx;
+    qsort(tp, iters, sizeof(double), bench_cmp_double);
+    double med[2] = {t[iters / 2], tp[iters / 2]}, mx[2];
     free(t);
-    PMPI_Allreduce(&med, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return mx * 1e6;
+    free(tp);
+    PMPI_Allreduce(med, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (post) *post = mx[1] * 1e6;
+    return mx[0] * 1e6;
 }
 
 /* the data arrived: every receive buffer holds its sender's pattern (checked once per size and
@@ -247,7 +258,7 @@ int main(int argc, char **argv)
     (void)cudaGetLastError();
 
     FILE *csv = out && rank == 0 ? fopen(out, "w") : NULL;
-    if (csv) fprintf(csv, "pattern,ranks,bytes,mpi_us,nccl_us,staged_us,ipc_us,ipc_copy_us\n");
+    if (csv) fprintf(csv, "pattern,ranks,bytes,mpi_us,nccl_us,staged_us,ipc_us,ipc_copy_us,mpi_post_us\n");
     if (rank == 0) {
         struct cudaDeviceProp prop;
         CUDACHECK(cudaGetDeviceProperties(&prop, 0));
@@ -255,15 +266,15 @@ int main(int argc, char **argv)
         ncclGetVersion(&v);
         printf("# p2p_bench: %d ranks, %d GPU(s) per node (%s), NCCL %d, medians of blocking iterations; "
                "bytes per message%s\n", size, ndev, prop.name, v, ipc_ok ? "" : "; ipc columns not run (needs one GPU per rank on one node)");
-        printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us", "ipc_us",
-               "ipc+cp_us", "mpi/nccl", "ipc/nccl");
+        printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s %10s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us", "ipc_us",
+               "ipc+cp_us", "mpi/nccl", "ipc/nccl", "mpi_post");
     }
     int failed = 0;
     for (int pat = 0; pat < NPAT; pat++) {
         if (!strstr(pats, pat_names[pat])) continue;
         for (size_t n = b; n <= e; n *= f) {
             int iters = n >= (16u << 20) ? 20 : n >= (1u << 20) ? 50 : 200;
-            double t[NWAY];
+            double t[NWAY], post = 0;
             for (int w = 0; w < NWAY; w++) {
                 t[w] = -1;
                 if (w >= W_IPC && !ipc_ok) continue;
@@ -272,14 +283,15 @@ int main(int argc, char **argv)
                     failed = 1;
                     continue;
                 }
-                t[w] = time_it(w, pat, n, iters);
+                t[w] = time_it(w, pat, n, iters, w == W_MPI ? &post : NULL);
             }
             if (rank == 0) {
-                printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f\n", pat_names[pat], n, t[0], t[1], t[2], t[3], t[4],
-                       t[0] / t[1], t[3] / t[1]);
+                printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %10.2f\n", pat_names[pat], n, t[0], t[1], t[2], t[3],
+                       t[4], t[0] / t[1], t[3] / t[1], post);
                 fflush(stdout);
             }
-            if (csv) fprintf(csv, "%s,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.3f\n", pat_names[pat], size, n, t[0], t[1], t[2], t[3], t[4]);
+            if (csv)
+                fprintf(csv, "%s,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", pat_names[pat], size, n, t[0], t[1], t[2], t[3], t[4], post);
         }
     }
     if (csv) fclose(csv);
