@@ -29,6 +29,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/watchdog.h"
 
 namespace ncclmpi {
 
@@ -445,6 +446,7 @@ static int enter(nm_op_t *o, int *rc)
     if (d.act & NM_ACT_CREATE) {  // a blocking collective: every rank of the communicator is here
         nm_flush();
         {
+            WaitWatch w(nm_fn_names[o->fn], "creating the communicator's NCCL communicator, which every rank of it joins");
             std::lock_guard<std::mutex> g(cs->mu);
             comm_create(cs, creation_device(cs, c));
         }
@@ -492,6 +494,7 @@ static int enter(nm_op_t *o, int *rc)
         if (o->kind == NM_OPK_SEND) env_flush_sends();  // staged after all: the queued envelopes go first
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
+            WaitWatch w(nm_fn_names[o->fn], "in the real MPI, its device buffers staged through host memory");
             nm_status_t st = stage_pipelined(x, c.device, rc);
             if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
             return ENTER_DONE;
@@ -584,8 +587,14 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     const int e = enter(o, rc);
     if (NM_LIKELY(e != ENTER_REAL)) return e;
     // the real MPI at depth 0, as the wrapper's own call would be (a user op or error handler
-    // that calls MPI inside it is seen as usual), then the copy back or the decode
+    // that calls MPI inside it is seen as usual), then the copy back or the decode; a blocking
+    // call is watched while it waits there
+    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS));
+    if (watch)
+        nm_wd_begin(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? "in the real MPI, its device buffers staged through host memory"
+                                                                   : "in the real MPI");
     *rc = real_done(o, nm_real_fns[o->fn](o));
+    if (watch) nm_wd_end();
     return 1;
 }
 
@@ -620,9 +629,13 @@ extern "C" void nm_before_finalize(void)
     std::lock_guard<std::mutex> g(init_mu);
     if (finalized || !initialized) return;
     DepthGuard dg;
-    tasks_drain();
-    engine_drain();
-    env_drain();
+    {
+        WaitWatch w("Finalize", "for ncclmpi's operations still in flight");
+        tasks_drain();
+        engine_drain();
+        env_drain();
+    }
+    nm_wd_stop();
     finalized = true;
     if (cuda_attached()) {
         comm_states_teardown();

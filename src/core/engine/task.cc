@@ -17,6 +17,7 @@
 #include "interpose/interpose.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/watchdog.h"
 
 namespace ncclmpi {
 
@@ -447,9 +448,11 @@ static int open_group_error(int n, const MPI_Request *reqs, const char *call)
 }
 
 // The blocking forms loop over their Test twin, progressing ncclmpi's tasks in between.
+// (call: the MPI function, for the watchdog's warning when the wait lasts)
 template <class Test>
-static int wait_loop(Test test)
+static int wait_loop(const char *call, Test test)
 {
+    WaitWatch w(call, "for its requests");
     for (unsigned spin = 0;; spin++) {
         tasks_progress();
         int done = 0;
@@ -531,7 +534,7 @@ extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
     Reporting r(1, req);
     PersScope ps(r, 1, req);
     MPI_Status *st = ps.statuses(status, 1);
-    int rc = wait_loop([&](int *d) { return PMPI_Test(req, d, st); });
+    int rc = wait_loop("Wait", [&](int *d) { return PMPI_Test(req, d, st); });
     return report_one(r, 0, status, ps.done(rc, 1, nullptr, st));
 }
 
@@ -542,7 +545,7 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
     Reporting r(n, reqs);
     PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(sts, n);
-    int rc = wait_loop([&](int *d) { return PMPI_Testall(n, reqs, d, st); });
+    int rc = wait_loop("Waitall", [&](int *d) { return PMPI_Testall(n, reqs, d, st); });
     return report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st));
 }
 
@@ -553,7 +556,7 @@ extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *
     Reporting r(n, reqs);
     PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(status, 1);
-    int rc = wait_loop([&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
+    int rc = wait_loop("Waitany", [&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
     if (*idx != MPI_UNDEFINED) rc = ps.done(rc, 1, idx, st);
     return report_one(r, *idx == MPI_UNDEFINED ? -1 : *idx, status, rc);
 }
@@ -565,7 +568,7 @@ extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[],
     Reporting r(n, reqs);
     PersScope ps(r, n, reqs);
     MPI_Status *st = ps.statuses(sts, n);
-    int rc = wait_loop([&](int *d) {
+    int rc = wait_loop("Waitsome", [&](int *d) {
         int rc = PMPI_Testsome(n, reqs, outc, idx, st);
         *d = *outc != 0;
         return rc;

@@ -1,0 +1,117 @@
+/* ncclmpi: the wait watchdog (watchdog.h). Each waiting thread owns a slot; the background
+ * thread reads the slots and never writes them but for the "warned" generation. */
+#include "util/watchdog.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "util/config.h"
+#include "util/log.h"
+
+enum { WD_SLOTS = 256 };  /* threads watched at once; later threads wait unwatched */
+
+typedef struct {
+    _Atomic(double) since;        /* 0: not waiting */
+    _Atomic(unsigned long) gen;   /* bumped at each begin */
+    _Atomic(unsigned long) warned;  /* the generation last warned about */
+    _Atomic(const char *) call;
+    _Atomic(const char *) where;
+} wd_slot_t;
+
+static wd_slot_t slots[WD_SLOTS];
+static atomic_int nslots;
+static __thread int my_slot = -1;  /* -2: no slot left for this thread */
+static atomic_ulong nwarned;
+
+static pthread_once_t start_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int stopping, running;
+static pthread_t thr;
+
+static void scan(double now)
+{
+    const int n = atomic_load(&nslots);
+    for (int i = 0; i < n && i < WD_SLOTS; i++) {
+        wd_slot_t *s = &slots[i];
+        const unsigned long g = atomic_load(&s->gen);
+        const double since = atomic_load(&s->since);
+        if (since <= 0 || now - since < (double)nm_cfg.WARN_AFTER || atomic_load(&s->warned) == g) continue;
+        const char *call = atomic_load(&s->call), *where = atomic_load(&s->where);
+        if (atomic_load(&s->gen) != g || atomic_load(&s->since) != since) continue;  /* it moved on */
+        atomic_store(&s->warned, g);
+        atomic_fetch_add(&nwarned, 1);
+        NM_WARN(CALL, "MPI_%s has waited %.0f s %s (NCCLMPI_WARN_AFTER=%ld): a rank that has not made the "
+                "matching call, or that died, keeps it waiting", call ? call : "?", now - since,
+                where ? where : "", nm_cfg.WARN_AFTER);
+    }
+}
+
+static void *run(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    while (!stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;  /* a scan a second: a warning comes at most a second late */
+        pthread_cond_timedwait(&cv, &mu, &ts);
+        if (stopping) break;
+        pthread_mutex_unlock(&mu);
+        scan(nm_now_s());
+        pthread_mutex_lock(&mu);
+    }
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+static void start(void)
+{
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 256 << 10);
+    pthread_mutex_lock(&mu);
+    running = !stopping && pthread_create(&thr, &a, run, NULL) == 0;
+    pthread_mutex_unlock(&mu);
+    pthread_attr_destroy(&a);
+}
+
+void nm_wd_begin(const char *call, const char *where)
+{
+    if (nm_cfg.WARN_AFTER <= 0) return;
+    if (my_slot < 0) {
+        if (my_slot == -2) return;
+        const int i = atomic_fetch_add(&nslots, 1);
+        if (i >= WD_SLOTS) {
+            my_slot = -2;
+            return;
+        }
+        my_slot = i;
+    }
+    pthread_once(&start_once, start);
+    wd_slot_t *s = &slots[my_slot];
+    atomic_store(&s->since, 0.0);
+    atomic_fetch_add(&s->gen, 1);
+    atomic_store(&s->call, call);
+    atomic_store(&s->where, where);
+    atomic_store(&s->since, nm_now_s());
+}
+
+void nm_wd_end(void)
+{
+    if (my_slot >= 0) atomic_store(&slots[my_slot].since, 0.0);
+}
+
+void nm_wd_stop(void)
+{
+    pthread_mutex_lock(&mu);
+    stopping = 1;
+    const int was = running;
+    running = 0;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+    if (was) pthread_join(thr, NULL);
+}
+
+unsigned long nm_wd_warnings(void) { return atomic_load(&nwarned); }

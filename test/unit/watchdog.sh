@@ -1,0 +1,35 @@
+#!/bin/sh
+# watchdog.sh BUILDDIR: a device-buffer call that waits for a late peer says so. Two ranks on the
+# stand-in CUDA driver and NCCL (test/unit/fake_cuda.c, fake_nccl.c; they share its one "GPU", so
+# device collectives are staged through the real MPI); rank 1 joins two calls 2.5 s late
+# (test/unit/watchdog_prog.c). With NCCLMPI_WARN_AFTER=1, rank 0 must warn once about the
+# blocking MPI_Allreduce waiting in the real MPI and once about the MPI_Wait, rank 1 never; with
+# NCCLMPI_WARN_AFTER=0 nobody warns. The results are checked in both runs.
+b=$1
+d="$b/watchdog_test"
+rm -rf "$d"; mkdir -p "$d"
+for v in $(env | sed -n 's/^\(NCCLMPI_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+fail() { echo "watchdog: FAIL: $*"; tail -20 "$d/err"; exit 1; }
+prog="$b/test/unit/watchdog_prog"
+for f in "$prog" "$b/test/unit/.libs/libfakecuda.so" "$b/test/unit/.libs/libfakenccl.so"; do
+  [ -e "$f" ] || { echo "watchdog: $f not built"; exit 77; }
+done
+ln -s "$b/test/unit/.libs/libfakecuda.so" "$d/libcuda.so.1"
+ln -s "$b/test/unit/.libs/libfakenccl.so" "$d/libnccl.so.2"
+export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NCCLMPI_NCCL_LIB="$d/libnccl.so.2" NM_TEST_PRELOAD="$d/libcuda.so.1"
+export OMPI_MCA_opal_cuda_support=0
+
+NCCLMPI_WARN_AFTER=1 "$b/test/run_mpi.sh" 2 preload "$prog" 2.5 >"$d/out" 2>"$d/err" || fail "the run failed"
+grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results: $(cat "$d/out")"
+w0=$(grep -c '^\[ncclmpi r0\] WARN' "$d/err"); w1=$(grep -c '^\[ncclmpi r1\] WARN' "$d/err")
+grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited [0-9]* s in the real MPI, its device buffers staged' "$d/err" ||
+  fail "rank 0 did not warn about its MPI_Allreduce"
+grep -q '^\[ncclmpi r0\] WARN CALL MPI_Wait has waited [0-9]* s for its requests' "$d/err" ||
+  fail "rank 0 did not warn about its MPI_Wait"
+[ "$w0" -eq 2 ] || fail "rank 0 warned $w0 times (expected 2)"
+[ "$w1" -eq 0 ] || fail "rank 1, never late, warned $w1 times"
+
+NCCLMPI_WARN_AFTER=0 "$b/test/run_mpi.sh" 2 preload "$prog" 1.5 >"$d/out" 2>"$d/err" || fail "the run without warnings failed"
+grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results without warnings: $(cat "$d/out")"
+grep -q 'WARN' "$d/err" && fail "a warning with NCCLMPI_WARN_AFTER=0"
+echo "watchdog: the late peer's waits were named (rank 0: 2 warnings), none without NCCLMPI_WARN_AFTER"

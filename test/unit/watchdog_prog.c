@@ -1,0 +1,70 @@
+/* watchdog_prog: device-buffer calls that wait for a late peer, for test/unit/watchdog.sh. Two
+ * ranks on the stand-in CUDA driver (test/unit/fake_cuda.c: both ranks see the same "GPU", so
+ * ncclmpi stages their device collectives through the real MPI). Rank 1 joins each of the two
+ * waited-for calls 2.5 s late: a blocking MPI_Allreduce (rank 0 waits inside the real MPI) and an
+ * MPI_Iallreduce + MPI_Wait (rank 0 waits in ncclmpi's MPI_Wait). Every result is checked.
+ *   watchdog_prog [DELAY_S]     (NCCLMPI_CUDA_LIB: the stand-in driver, already loaded) */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+enum { N = 16 };
+
+static int check(const int *v, int size, const char *what, int rank)
+{
+    for (int i = 0; i < N; i++) {
+        const int want = size * (size - 1) / 2 + size * i;
+        if (v[i] != want) {
+            fprintf(stderr, "watchdog_prog: rank %d: %s: element %d = %d, want %d\n", rank, what, i, v[i], want);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const double delay = argc > 1 ? atof(argv[1]) : 2.5;
+    const char *lib = getenv("NCCLMPI_CUDA_LIB");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    CUresult (*init)(unsigned) = h ? (CUresult(*)(unsigned))dlsym(h, "cuInit") : NULL;
+    CUresult (*retain)(CUcontext *, CUdevice) = h ? (CUresult(*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain") : NULL;
+    CUresult (*setcur)(CUcontext) = h ? (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent") : NULL;
+    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult(*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : NULL;
+    CUcontext ctx;
+    CUdeviceptr a, b;
+    if (!init || !retain || !setcur || !alloc || init(0) || retain(&ctx, 0) || setcur(ctx) || alloc(&a, N * sizeof(int)) ||
+        alloc(&b, N * sizeof(int))) {
+        fprintf(stderr, "watchdog_prog: the stand-in driver (NCCLMPI_CUDA_LIB, preloaded) is not usable\n");
+        return 2;
+    }
+    /* the stand-in's device memory is host memory: written and read directly */
+    int *in = (int *)a, *out = (int *)b;
+    MPI_Init(&argc, &argv);
+    int rank, size, bad = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 0; i < N; i++) in[i] = rank + i;
+    /* settles the communicator (its ranks share the "GPU": staged) with no one late */
+    MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    bad |= check(out, size, "first MPI_Allreduce", rank);
+    for (int i = 0; i < N; i++) out[i] = -1;
+    if (rank == 1) usleep((useconds_t)(delay * 1e6));
+    MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    bad |= check(out, size, "MPI_Allreduce with a late peer", rank);
+    for (int i = 0; i < N; i++) out[i] = -1;
+    if (rank == 1) usleep((useconds_t)(delay * 1e6));
+    MPI_Request q;
+    MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q);
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+    bad |= check(out, size, "MPI_Iallreduce + MPI_Wait with a late peer", rank);
+    int all = 0;
+    MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf("watchdog_prog: %s\n", all ? "FAIL" : "ok");
+    MPI_Finalize();
+    return all;
+}
