@@ -448,18 +448,26 @@ static int open_group_error(int n, const MPI_Request *reqs, const char *call)
 }
 
 // The blocking forms loop over their Test twin, progressing ncclmpi's tasks in between.
-// (call: the MPI function, for the watchdog's warning when the wait lasts)
+// (call: the MPI function, for the watchdog's warning when the wait lasts; a wait that ends in
+// its first 256 tests is not marked)
 template <class Test>
 static int wait_loop(const char *call, Test test)
 {
-    WaitWatch w(call, "for its requests");
+    bool watched = false;
+    int rc;
     for (unsigned spin = 0;; spin++) {
         tasks_progress();
         int done = 0;
-        int rc = test(&done);
-        if (rc != MPI_SUCCESS || done) return rc;
-        if ((spin & 255) == 255) sched_yield();
+        rc = test(&done);
+        if (rc != MPI_SUCCESS || done) break;
+        if ((spin & 255) == 255) {
+            if (!watched) nm_wd_begin(call, "for its requests");
+            watched = true;
+            sched_yield();
+        }
     }
+    if (watched) nm_wd_end();
+    return rc;
 }
 
 // ---- failures of ncclmpi's requests, through the communicator's error handler --------------
