@@ -4,7 +4,9 @@
 # device collectives are staged through the real MPI); rank 1 joins two calls 2.5 s late
 # (test/unit/watchdog_prog.c). With NCCLMPI_WARN_AFTER=1, rank 0 must warn once about the
 # blocking MPI_Allreduce waiting in the real MPI and once about the MPI_Wait, rank 1 never; with
-# NCCLMPI_WARN_AFTER=0 nobody warns. The results are checked in both runs.
+# NCCLMPI_WARN_AFTER=0 nobody warns. The results are checked in both runs. Then rank 1 is killed
+# before the MPI_Allreduce (Open MPI's --enable-recovery keeps rank 0 running, waiting for good):
+# rank 0 must name its wait before the run is stopped at 6 s.
 b=$1
 d="$b/watchdog_test"
 rm -rf "$d"; mkdir -p "$d"
@@ -32,4 +34,8 @@ grep -q '^\[ncclmpi r0\] WARN CALL MPI_Wait has waited [0-9]* s for its requests
 NCCLMPI_WARN_AFTER=0 "$b/test/run_mpi.sh" 2 preload "$prog" 1.5 >"$d/out" 2>"$d/err" || fail "the run without warnings failed"
 grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results without warnings: $(cat "$d/out")"
 grep -q 'WARN' "$d/err" && fail "a warning with NCCLMPI_WARN_AFTER=0"
-echo "watchdog: the late peer's waits were named (rank 0: 2 warnings), none without NCCLMPI_WARN_AFTER"
+NCCLMPI_WARN_AFTER=1 timeout 6 "$b/test/run_mpi.sh" 2 preload --enable-recovery --mca orte_abort_on_non_zero_status 0 \
+  "$prog" 1 kill >"$d/out" 2>"$d/err"
+grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited [0-9]* s in the real MPI' "$d/err" ||
+  fail "rank 0, its peer killed, did not name its MPI_Allreduce"
+echo "watchdog: the late peer's waits were named (rank 0: 2 warnings), none without NCCLMPI_WARN_AFTER; the wait for a killed peer was named"

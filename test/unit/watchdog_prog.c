@@ -3,13 +3,16 @@
  * ncclmpi stages their device collectives through the real MPI). Rank 1 joins each of the two
  * waited-for calls 2.5 s late: a blocking MPI_Allreduce (rank 0 waits inside the real MPI) and an
  * MPI_Iallreduce + MPI_Wait (rank 0 waits in ncclmpi's MPI_Wait). Every result is checked.
- *   watchdog_prog [DELAY_S]     (NCCLMPI_CUDA_LIB: the stand-in driver, already loaded) */
+ * With "kill", rank 1 SIGKILLs itself instead, and rank 0's MPI_Allreduce waits for good.
+ *   watchdog_prog [DELAY_S] [kill]     (NCCLMPI_CUDA_LIB: the stand-in driver, already loaded) */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 enum { N = 16 };
@@ -53,6 +56,10 @@ int main(int argc, char **argv)
     MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     bad |= check(out, size, "first MPI_Allreduce", rank);
     for (int i = 0; i < N; i++) out[i] = -1;
+    if (argc > 2 && !strcmp(argv[2], "kill") && rank == 1) {
+        fflush(stdout);
+        raise(SIGKILL);
+    }
     if (rank == 1) usleep((useconds_t)(delay * 1e6));
     MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     bad |= check(out, size, "MPI_Allreduce with a late peer", rank);
