@@ -434,7 +434,10 @@ static int enter(nm_op_t *o, int *rc)
     if (agree && !(o->flags & NM_OPF_NB) && in.cap != NM_CAP_INTER) {  // every rank votes, host ranks too
         nm_flush();  // (a blocking collective: nothing stays queued while it waits for the peers)
         int vote = nm_route_vote(&in), all = 0;
-        PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
+        {
+            WaitWatch w(nm_fn_names[o->fn], "agreeing on the route with the other ranks, as NCCLMPI_AGREE=1 asks");
+            PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
+        }
         in.vote = all;
     }
     nm_decision_t d = nm_route(&in);

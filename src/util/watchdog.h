@@ -1,6 +1,6 @@
 /* ncclmpi: the wait watchdog. A wait ncclmpi makes that can last as long as a peer stays away
- * (a device-buffer call staged through the real MPI, a communicator's NCCL creation, ncclmpi's own
- * MPI_Wait loops) is marked by the waiting thread; a background thread, started at the first
+ * (a device-buffer call staged through the real MPI, a communicator's NCCL creation, the
+ * NCCLMPI_AGREE=1 route vote, ncclmpi's own MPI_Wait loops, MPI_Finalize's drain) is marked by the waiting thread; a background thread, started at the first
  * mark when NCCLMPI_WARN_AFTER > 0, warns once per wait that lasts longer than that many seconds,
  * naming the call and where it waits, so that a job stuck on a missing or dead peer says where.
  * The background thread makes no MPI or CUDA call; marking is two stores and a clock read.

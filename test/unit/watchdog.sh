@@ -4,7 +4,8 @@
 # device collectives are staged through the real MPI); rank 1 joins two calls 2.5 s late
 # (test/unit/watchdog_prog.c). With NCCLMPI_WARN_AFTER=1, rank 0 must warn once about the
 # blocking MPI_Allreduce waiting in the real MPI and once about the MPI_Wait, rank 1 never; with
-# NCCLMPI_WARN_AFTER=0 nobody warns. The results are checked in both runs. Then rank 1 is killed
+# NCCLMPI_WARN_AFTER=0 nobody warns; with NCCLMPI_AGREE=1 the MPI_Allreduce waits (and is named)
+# in its route vote. The results are checked in these runs. Then rank 1 is killed
 # before the MPI_Allreduce (Open MPI's --enable-recovery keeps rank 0 running, waiting for good):
 # rank 0 must name its wait before the run is stopped at 6 s.
 b=$1
@@ -34,8 +35,14 @@ grep -q '^\[ncclmpi r0\] WARN CALL MPI_Wait has waited [0-9]* s for its requests
 NCCLMPI_WARN_AFTER=0 "$b/test/run_mpi.sh" 2 preload "$prog" 1.5 >"$d/out" 2>"$d/err" || fail "the run without warnings failed"
 grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results without warnings: $(cat "$d/out")"
 grep -q 'WARN' "$d/err" && fail "a warning with NCCLMPI_WARN_AFTER=0"
+# NCCLMPI_AGREE=1: the blocking call waits in its route vote first, and says so
+NCCLMPI_WARN_AFTER=1 NCCLMPI_AGREE=1 "$b/test/run_mpi.sh" 2 preload "$prog" 2.5 >"$d/out" 2>"$d/err" || fail "the run with NCCLMPI_AGREE=1 failed"
+grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results with NCCLMPI_AGREE=1: $(cat "$d/out")"
+grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited [0-9]* s agreeing on the route' "$d/err" ||
+  fail "rank 0 did not name its MPI_Allreduce's route vote"
+
 NCCLMPI_WARN_AFTER=1 timeout 6 "$b/test/run_mpi.sh" 2 preload --enable-recovery --mca orte_abort_on_non_zero_status 0 \
   "$prog" 1 kill >"$d/out" 2>"$d/err"
 grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited [0-9]* s in the real MPI' "$d/err" ||
   fail "rank 0, its peer killed, did not name its MPI_Allreduce"
-echo "watchdog: the late peer's waits were named (rank 0: 2 warnings), none without NCCLMPI_WARN_AFTER; the wait for a killed peer was named"
+echo "watchdog: the late peer's waits were named (rank 0: 2 warnings), none without NCCLMPI_WARN_AFTER, the route vote's too; the wait for a killed peer was named"
