@@ -124,18 +124,19 @@ void mpi_progress()
 }
 
 // ---- fault injection (NCCLMPI_FAULT=<world rank>:<n>: the n-th launch fails) -----------------
-static long fault_at = -1;
 static std::atomic<long> launches{0};
 
 static bool fault_now()
 {
-    static std::once_flag once;
-    std::call_once(once, [] {
+    // (a function-local static: once set, one load per launch; std::call_once costs thread-local
+    // accesses through __tls_get_addr at every call)
+    static const long fault_at = [] {
         int r = -1;
         long n = -1;
         if (nm_cfg.FAULT && *nm_cfg.FAULT && sscanf(nm_cfg.FAULT, "%d:%ld", &r, &n) == 2 && r == world_rank() && n > 0)
-            fault_at = n;
-    });
+            return n;
+        return -1L;
+    }();
     return fault_at > 0 && launches.fetch_add(1) + 1 == fault_at;
 }
 
