@@ -21,7 +21,7 @@ typedef struct {
 
 static wd_slot_t slots[WD_SLOTS];
 static atomic_int nslots;
-static __thread int my_slot = -1;  /* -2: no slot left for this thread */
+static __thread int my_slot __attribute__((tls_model("initial-exec"))) = -1;  /* -2: no slot left for this thread */
 static atomic_ulong nwarned;
 
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;

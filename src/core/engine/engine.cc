@@ -464,7 +464,7 @@ void engine_flush_all_except(const CommState *keep)
 
 // ---- explicit groups -------------------------------------------------------------------------
 static thread_local int group_depth __attribute__((tls_model("initial-exec")));
-static thread_local std::vector<Op *> group_ops;
+static thread_local std::vector<Op *> group_ops;  // (only inside explicit groups)
 
 int engine_group_depth() { return group_depth; }
 
