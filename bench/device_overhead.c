@@ -13,7 +13,8 @@
  *           burst       64 x MPI_Iallreduce + one MPI_Waitall (N counts operations)
  *           group       the same inside ncclmpi_group_begin/end (N counts operations)
  *
- * Output: kind=<k> n=<N> ok=<0|1> [ns_per_call=<t>]   (ok: the calls took the NCCL route)
+ * Output: kind=<k> n=<N> ok=<0|1> legacy_events=<e> | ns_per_call=<t>   (ok: the calls took the
+ * NCCL route; e: events the N calls recorded on the legacy stream, with the stand-in driver)
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -124,7 +125,11 @@ int main(int argc, char **argv)
     const char *fn = kind == K_BCAST ? "Bcast" : kind == K_ALLREDUCE ? "Allreduce" : "Iallreduce";
     ncclmpi_stats_t s0, s1;
     int ok = get && get(fn, &s0) == 0;
+    /* the stand-in driver counts the events recorded on the legacy stream (the points that order
+     * ncclmpi's work after the application's) */
+    unsigned long *recs = (unsigned long *)dlsym(h, "fake_cuda_legacy_records"), r0 = recs ? *recs : 0;
     dv_loop(kind, n);
+    const long legacy_events = recs ? (long)(*recs - r0) : -1;
     ok = ok && get(fn, &s1) == 0 && s1.route[NCCLMPI_ROUTE_NCCL] - s0.route[NCCLMPI_ROUTE_NCCL] == (unsigned long long)n &&
          s1.route[NCCLMPI_ROUTE_STAGED] == s0.route[NCCLMPI_ROUTE_STAGED];
     double ns = 0;
@@ -134,7 +139,7 @@ int main(int argc, char **argv)
         ns = (now_ns() - t0) / (n ? n : 1);
     }
     if (timed) printf("kind=%s n=%ld ok=%d ns_per_call=%.1f\n", kind_name[kind], n, ok && !errors, ns);
-    else printf("kind=%s n=%ld ok=%d\n", kind_name[kind], n, ok && !errors);
+    else printf("kind=%s n=%ld ok=%d legacy_events=%ld\n", kind_name[kind], n, ok && !errors, legacy_events);
     MPI_Finalize();
     return errors ? 1 : 0;
 }

@@ -22,3 +22,7 @@ set_tests_properties(unit_trace PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_
 # a device call waiting for a late peer is named after NCCLMPI_WARN_AFTER seconds (stand-in driver)
 add_test(unit_watchdog sh "${S}/test/unit/watchdog.sh" "${B}")
 set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# where ncclmpi orders its work after the application's (events on the legacy stream, counted by
+# the stand-in driver): one per nonblocking call, one per explicit group, none for blocking calls
+add_test(unit_order_events sh "${S}/test/unit/order_events.sh" "${B}")
+set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)

@@ -1,0 +1,41 @@
+#!/bin/sh
+# order_events.sh BUILDDIR: where ncclmpi orders its work after the application's, counted on the
+# stand-in driver and NCCL (test/unit/fake_cuda.c counts the events recorded on the legacy stream;
+# bench/device_overhead makes N device-buffer calls of one kind on one rank, on the NCCL route):
+#   - each nonblocking call outside an explicit group records its own point (automatic coalescing
+#     keeps every call's place in the application's stream order): N events for N calls;
+#   - an explicit group records one, at ncclmpi_group_end: N / 64 for groups of 64;
+#   - a blocking call runs on the legacy stream itself: none;
+#   - NCCLMPI_STREAM_ORDER=0 records none.
+b=$1
+d="$b/order_events_test"
+rm -rf "$d"; mkdir -p "$d"
+for v in $(env | sed -n 's/^\(NCCLMPI_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+fail() { echo "order_events: FAIL: $*"; cat "$d/err" 2>/dev/null | tail -20; exit 1; }
+prog="$b/bench/device_overhead"
+for f in "$prog" "$b/test/unit/.libs/libfakecuda.so" "$b/test/unit/.libs/libfakenccl.so"; do
+  [ -e "$f" ] || { echo "order_events: $f not built"; exit 77; }
+done
+ln -s "$b/test/unit/.libs/libfakecuda.so" "$d/libcuda.so.1"
+ln -s "$b/test/unit/.libs/libfakenccl.so" "$d/libnccl.so.2"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl="self,vader" OMPI_MCA_pml="^ucx"
+export OMPI_MCA_mtl="^ofi" OMPI_MCA_osc="^ucx" OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_opal_cuda_support=0
+export NCCLMPI_NCCL_LIB="$d/libnccl.so.2" NCCLMPI_COALESCE_WINDOW=100000  # (every call of a burst queued)
+n=640
+events() {  # KIND: the legacy-stream events of n calls
+  LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$b/.libs/libncclmpi.so" "$prog" $n "$1" >"$d/out" 2>"$d/err" ||
+    fail "$1: the run failed"
+  grep -q " ok=1 " "$d/out" || fail "$1: the calls did not take the NCCL route: $(cat "$d/out")"
+  sed -n 's/.*legacy_events=\([0-9-]*\).*/\1/p' "$d/out"
+}
+expect() {  # KIND WANT [SETTING]
+  got=$(events "$1")
+  [ "$got" = "$2" ] || fail "$1${3:+ with $3}: $got events on the legacy stream for $n calls, expected $2"
+}
+expect burst $n
+expect iallreduce $n
+expect group $((n / 64))
+expect allreduce 0
+NCCLMPI_STREAM_ORDER=0 expect burst 0 NCCLMPI_STREAM_ORDER=0
+NCCLMPI_STREAM_ORDER=0 expect group 0 NCCLMPI_STREAM_ORDER=0
+echo "order_events: $n nonblocking calls record $n points, $((n / 64)) explicit groups of 64 one each, blocking calls none"
