@@ -33,6 +33,9 @@
 
 namespace ncclmpi {
 
+// where a blocking staged call waits, for the watchdog's warning
+static const char staged_wait[] = "in the real MPI, its device buffers staged through host memory";
+
 extern int nm_thread_multiple;
 
 static __thread int depth __attribute__((tls_model("initial-exec")));
@@ -497,7 +500,7 @@ static int enter(nm_op_t *o, int *rc)
         if (o->kind == NM_OPK_SEND) env_flush_sends();  // staged after all: the queued envelopes go first
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
-            WaitWatch w(nm_fn_names[o->fn], "in the real MPI, its device buffers staged through host memory");
+            WaitWatch w(nm_fn_names[o->fn], staged_wait);
             nm_status_t st = stage_pipelined(x, c.device, rc);
             if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
             return ENTER_DONE;
@@ -594,8 +597,7 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     // call is watched while it waits there
     const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS));
     if (watch)
-        nm_wd_begin(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? "in the real MPI, its device buffers staged through host memory"
-                                                                   : "in the real MPI");
+        nm_wd_begin(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? staged_wait : "in the real MPI");
     *rc = real_done(o, nm_real_fns[o->fn](o));
     if (watch) nm_wd_end();
     return 1;
