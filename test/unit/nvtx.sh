@@ -5,19 +5,12 @@
 # that records the ranges (test/unit/nvtx_record.c) as Nsight Systems would receive them.
 b=$1
 d="$b/nvtx_test"
-rm -rf "$d"; mkdir -p "$d"
-for v in $(env | sed -n 's/^\(NCCLMPI_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 fail() { echo "nvtx: FAIL: $*"; cat "$d/err" "$d/ranges" 2>/dev/null | tail -20; exit 1; }
 prog="$b/bench/device_overhead"
 rec="$b/test/unit/.libs/libnvtxrecord.so"
-for f in "$prog" "$rec" "$b/test/unit/.libs/libfakecuda.so" "$b/test/unit/.libs/libfakenccl.so"; do
-  [ -e "$f" ] || { echo "nvtx: $f not built"; exit 77; }
-done
-ln -s "$b/test/unit/.libs/libfakecuda.so" "$d/libcuda.so.1"
-ln -s "$b/test/unit/.libs/libfakenccl.so" "$d/libnccl.so.2"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl="self,vader" OMPI_MCA_pml="^ucx"
-export OMPI_MCA_mtl="^ofi" OMPI_MCA_osc="^ucx" OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_opal_cuda_support=0
-export NCCLMPI_NCCL_LIB="$d/libnccl.so.2" NVTX_INJECTION64_PATH="$rec" NVTX_RECORD_FILE="$d/ranges"
+. "$(dirname "$0")/stand_in.sh"
+stand_in nvtx "$b" "$d" "$prog" "$rec"
+export NVTX_INJECTION64_PATH="$rec" NVTX_RECORD_FILE="$d/ranges"
 run() { LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$b/.libs/libncclmpi.so" "$prog" "$@"; }
 
 NCCLMPI_NVTX=1 run 5 allreduce >"$d/out" 2>"$d/err" || fail "the run with NCCLMPI_NVTX=1 failed"

@@ -9,18 +9,11 @@
 #   - NCCLMPI_STREAM_ORDER=0 records none.
 b=$1
 d="$b/order_events_test"
-rm -rf "$d"; mkdir -p "$d"
-for v in $(env | sed -n 's/^\(NCCLMPI_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 fail() { echo "order_events: FAIL: $*"; cat "$d/err" 2>/dev/null | tail -20; exit 1; }
 prog="$b/bench/device_overhead"
-for f in "$prog" "$b/test/unit/.libs/libfakecuda.so" "$b/test/unit/.libs/libfakenccl.so"; do
-  [ -e "$f" ] || { echo "order_events: $f not built"; exit 77; }
-done
-ln -s "$b/test/unit/.libs/libfakecuda.so" "$d/libcuda.so.1"
-ln -s "$b/test/unit/.libs/libfakenccl.so" "$d/libnccl.so.2"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl="self,vader" OMPI_MCA_pml="^ucx"
-export OMPI_MCA_mtl="^ofi" OMPI_MCA_osc="^ucx" OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_opal_cuda_support=0
-export NCCLMPI_NCCL_LIB="$d/libnccl.so.2" NCCLMPI_COALESCE_WINDOW=100000  # (every call of a burst queued)
+. "$(dirname "$0")/stand_in.sh"
+stand_in order_events "$b" "$d" "$prog"
+export NCCLMPI_COALESCE_WINDOW=100000  # (every call of a burst queued)
 n=640
 events() {  # KIND: the legacy-stream events of n calls
   LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$b/.libs/libncclmpi.so" "$prog" $n "$1" >"$d/out" 2>"$d/err" ||

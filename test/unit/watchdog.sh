@@ -10,17 +10,11 @@
 # rank 0 must name its wait before the run is stopped at 6 s.
 b=$1
 d="$b/watchdog_test"
-rm -rf "$d"; mkdir -p "$d"
-for v in $(env | sed -n 's/^\(NCCLMPI_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 fail() { echo "watchdog: FAIL: $*"; tail -20 "$d/err"; exit 1; }
 prog="$b/test/unit/watchdog_prog"
-for f in "$prog" "$b/test/unit/.libs/libfakecuda.so" "$b/test/unit/.libs/libfakenccl.so"; do
-  [ -e "$f" ] || { echo "watchdog: $f not built"; exit 77; }
-done
-ln -s "$b/test/unit/.libs/libfakecuda.so" "$d/libcuda.so.1"
-ln -s "$b/test/unit/.libs/libfakenccl.so" "$d/libnccl.so.2"
-export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NCCLMPI_NCCL_LIB="$d/libnccl.so.2" NM_TEST_PRELOAD="$d/libcuda.so.1"
-export OMPI_MCA_opal_cuda_support=0
+. "$(dirname "$0")/stand_in.sh"
+stand_in watchdog "$b" "$d" "$prog"
+export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NM_TEST_PRELOAD="$d/libcuda.so.1"
 
 NCCLMPI_WARN_AFTER=1 "$b/test/run_mpi.sh" 2 preload "$prog" 2.5 >"$d/out" 2>"$d/err" || fail "the run failed"
 grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results: $(cat "$d/out")"

@@ -1,0 +1,21 @@
+# stand_in.sh, sourced by the unit scripts that run ncclmpi on the stand-in CUDA driver and NCCL
+# (test/unit/fake_cuda.c, fake_nccl.c):
+#   stand_in NAME BUILDDIR DIR [FILE...]
+# makes DIR afresh with the stand-ins under the names ncclmpi and applications load
+# (DIR/libcuda.so.1, DIR/libnccl.so.2), drops the caller's NCCLMPI_* settings, sets Open MPI up
+# for a container (shared memory, no UCX or OFI) and NCCLMPI_NCCL_LIB to the stand-in; exits 77
+# (skipped) when a FILE or a stand-in is not built.
+stand_in() {
+  _si_name=$1 _si_b=$2 _si_d=$3
+  shift 3
+  rm -rf "$_si_d"; mkdir -p "$_si_d"
+  for _si_v in $(env | sed -n 's/^\(NCCLMPI_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$_si_v"; done
+  for _si_f in "$@" "$_si_b/test/unit/.libs/libfakecuda.so" "$_si_b/test/unit/.libs/libfakenccl.so"; do
+    [ -e "$_si_f" ] || { echo "$_si_name: $_si_f not built"; exit 77; }
+  done
+  ln -s "$_si_b/test/unit/.libs/libfakecuda.so" "$_si_d/libcuda.so.1"
+  ln -s "$_si_b/test/unit/.libs/libfakenccl.so" "$_si_d/libnccl.so.2"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl="self,vader" OMPI_MCA_pml="^ucx"
+  export OMPI_MCA_mtl="^ofi" OMPI_MCA_osc="^ucx" OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_opal_cuda_support=0
+  export NCCLMPI_NCCL_LIB="$_si_d/libnccl.so.2"
+}
