@@ -110,10 +110,13 @@ static bool int8_basic(MPI_Datatype t)
 // 1 when it replaced o's op
 static bool use_wrapping_sum8(nm_op_t *o, const DtypeInfo *d)
 {
-    static MPI_Op op = MPI_OP_NULL;
-    static std::once_flag once;
     if (o->op != MPI_SUM || !d || !int8_basic(d->basic) || !nm_opkind_is_reduction(o->kind)) return false;
-    std::call_once(once, [] { PMPI_Op_create(wrap_sum8, 1, &op); });
+    // made once (a function-local static, as fault_now's: no std::call_once thread-local work per call)
+    static const MPI_Op op = [] {
+        MPI_Op made = MPI_OP_NULL;
+        PMPI_Op_create(wrap_sum8, 1, &made);
+        return made;
+    }();
     if (op == MPI_OP_NULL) return false;
     o->op = op;
     return true;
