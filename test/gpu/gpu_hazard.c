@@ -2047,9 +2047,11 @@ int main(int argc, char **argv)
             MPI_Finalize();
             return 77;
         }
-        const int distinct = gpu_select(NULL);
+        int distinct = gpu_select(NULL), all_distinct = 0;
         CUDACHECK(cudaGetDevice(&g_dev));
-        if (sc->nccl_only && !distinct) {
+        /* (agreed: a rank that skipped alone would leave the others waiting in the scenario) */
+        MPI_Allreduce(&distinct, &all_distinct, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (sc->nccl_only && !all_distinct) {
             if (rank == 0) printf("gpu_hazard %s: skipped (ranks share a GPU: the calls run staged, not on NCCL)\n", scen);
             MPI_Finalize();
             return 77;
