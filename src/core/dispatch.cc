@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/comm/comm_state.h"
+#include "core/cuda/kernels.h"
 #include "core/cuda/memkind.h"
 #include "core/dtype/buffers.h"
 #include "core/dtype/layout.h"
@@ -141,7 +142,7 @@ static void check_settings_agree()
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
              (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
-             nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, oneshot_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
+             nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
              (size_t)nm_cfg.P2P_ENVELOPE_MIN);
     unsigned long long h = 1469598103934665603ull;
     for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;

@@ -1920,6 +1920,52 @@ static void sc_envelope_order(void)
             free(w1);
             free(w2);
         }
+        /* 4b. a burst of more sends than one copy-kernel launch takes (16), both ways, each send
+         *     buffer filled by an asynchronous copy on the legacy stream just before its Isend
+         *     (the payload copies must follow it), some send and receive buffers 4 bytes off
+         *     16-byte alignment (copied one by one), one Waitall */
+        {
+            enum { NB = 20 };
+            gbuf_t sb[NB], rb[NB], src[NB];
+            MPI_Request q[2 * NB];
+            int *want[NB];
+            for (int k = 0; k < NB; k++) {
+                const int n = 2048 + 1000 * k;
+                src[k] = pbuf(rank, 20 + k, n);
+                sb[k] = gb_dev((size_t)(n + 1) * sizeof(int));
+                rb[k] = gb_dev((size_t)(n + 1) * sizeof(int));
+                want[k] = malloc((size_t)n * sizeof(int));
+                for (int i = 0; i < n; i++) want[k][i] = pval(peer, 20 + k, i);
+            }
+            STEP();
+            for (int k = 0; k < NB; k++) {
+                const int n = 2048 + 1000 * k, rskew = k % 6 == 1 ? 1 : 0;
+                MPI_Irecv((int *)rb[k].p + rskew, n, MPI_INT, peer, TAG + 10 + k, MPI_COMM_WORLD, &q[k]);
+            }
+            for (int k = 0; k < NB; k++) {
+                const int n = 2048 + 1000 * k, skew = k % 7 == 5 ? 1 : 0;
+                int *to = (int *)sb[k].p + skew;
+                if (host_mode) memcpy(to, src[k].p, (size_t)n * sizeof(int));
+                else CUDACHECK(cudaMemcpyAsync(to, src[k].p, (size_t)n * sizeof(int), cudaMemcpyDeviceToDevice, 0));
+                MPI_Isend(to, n, MPI_INT, peer, TAG + 10 + k, MPI_COMM_WORLD, &q[NB + k]);
+            }
+            int rc = MPI_Waitall(2 * NB, q, MPI_STATUSES_IGNORE);
+            CHECK(rc == MPI_SUCCESS, "Waitall of %d receives and %d sends returned %d", NB, NB, rc);
+            for (int k = 0; k < NB; k++) {
+                const int n = 2048 + 1000 * k, rskew = k % 6 == 1 ? 1 : 0;
+                int *got = malloc((size_t)(n + 1) * sizeof(int));
+                get_bytes(rb[k].kind, got, rb[k].p, (size_t)(n + 1) * sizeof(int));
+                int bad = -1;
+                for (int i = 0; i < n && bad < 0; i++)
+                    if (got[rskew + i] != want[k][i]) bad = i;
+                CHECK(bad < 0, "burst message %d of %d ints (%s): int %d is %d, want %d", k, n,
+                      rskew ? "unaligned receive" : k % 7 == 5 ? "unaligned send" : "aligned", bad,
+                      bad < 0 ? 0 : got[rskew + bad], bad < 0 ? 0 : want[k][bad]);
+                free(got);
+                free(want[k]);
+                gb_free_all(&src[k], &sb[k], &rb[k], (gbuf_t *)NULL);
+            }
+        }
     }
     /* 5. a queued send, then nonblocking device collectives waited for (an agreement round): the
      *    peer receives the message before it issues the collectives */

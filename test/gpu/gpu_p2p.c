@@ -91,38 +91,41 @@ static int plan(uint64_t seed, int r, int src, msg_t *m, int cap)
 typedef struct {
     int kind;
     size_t cap;           /* bytes the receive may write */
-    unsigned char *base;  /* cap + 2 * GUARD */
+    size_t lead;          /* guard bytes before them: GUARD, or GUARD + 5 (an unaligned buffer) */
+    unsigned char *base;  /* lead + cap + GUARD */
 } rbuf_t;
 
 static rbuf_t rb_new(int kind, size_t cap)
 {
-    rbuf_t b = {kind, cap, mk_alloc(kind, cap + 2 * GUARD)};
-    unsigned char *h = malloc(cap + 2 * GUARD);
-    memset(h, POISON, cap + 2 * GUARD);
-    put_bytes(kind, b.base, h, cap + 2 * GUARD);
+    static unsigned made;
+    const size_t lead = GUARD + (made++ % 3 == 2 ? 5 : 0);  /* every third buffer unaligned */
+    rbuf_t b = {kind, cap, lead, mk_alloc(kind, lead + cap + GUARD)};
+    unsigned char *h = malloc(lead + cap + GUARD);
+    memset(h, POISON, lead + cap + GUARD);
+    put_bytes(kind, b.base, h, lead + cap + GUARD);
     free(h);
     /* a cudaMemcpy from pageable memory may return before its DMA is done; rb_check reads
      * through a stream that does not wait for it */
     if (kind != MK_MALLOC) CUDACHECK(cudaDeviceSynchronize());
     return b;
 }
-static void *rb_ptr(const rbuf_t *b) { return b->base + GUARD; }
+static void *rb_ptr(const rbuf_t *b) { return b->base + b->lead; }
 
 /* the received bytes must be the pattern of (src, dst, tag, seq) up to count, poison after */
 static void rb_check(const rbuf_t *b, int src, int tag, int seq, size_t count, const char *what)
 {
-    unsigned char *h = malloc(b->cap + 2 * GUARD);
-    get_bytes_unordered(b->kind, h, b->base, b->cap + 2 * GUARD);
-    for (size_t i = 0; i < GUARD; i++)
-        if (h[i] != POISON || h[GUARD + b->cap + i] != POISON) {
+    unsigned char *h = malloc(b->lead + b->cap + GUARD);
+    get_bytes_unordered(b->kind, h, b->base, b->lead + b->cap + GUARD);
+    for (size_t i = 0; i < b->lead + GUARD; i++)
+        if (h[i < b->lead ? i : b->cap + i] != POISON) {
             fail("%s: a guard byte around the %zu-byte %s buffer was written", what, b->cap, mk_name[b->kind]);
             break;
         }
     for (size_t i = 0; i < b->cap; i++) {
         unsigned char want = i < count ? pattern(src, rank, tag, seq, i) : POISON;
-        if (h[GUARD + i] != want) {
+        if (h[b->lead + i] != want) {
             fail("%s: byte %zu of %zu (%s, from %d tag %d seq %d) is 0x%02x, want 0x%02x", what, i, count,
-                 mk_name[b->kind], src, tag, seq, h[GUARD + i], want);
+                 mk_name[b->kind], src, tag, seq, h[b->lead + i], want);
             break;
         }
     }
@@ -250,12 +253,13 @@ int main(int argc, char **argv)
         /* sends first, all nonblocking */
         const msg_t *mine = all + rank * CAP;
         MPI_Request sreq[CAP];
-        void *sbuf[CAP];
+        void *sbuf[CAP], *sbase[CAP];
         for (int i = 0; i < nall[rank]; i++) {
             const msg_t *m = &mine[i];
             unsigned char *h = malloc(m->bytes + 1);
             for (size_t k = 0; k < m->bytes; k++) h[k] = pattern(rank, m->dst, m->tag, m->seq, k);
-            sbuf[i] = mk_alloc(m->kind, m->bytes);
+            sbase[i] = mk_alloc(m->kind, m->bytes + 5);
+            sbuf[i] = (char *)sbase[i] + (i % 3 == 2 ? 5 : 0);  /* every third send buffer unaligned */
             put_bytes(m->kind, sbuf[i], h, m->bytes);
             free(h);
             int rc = (m->ssend ? MPI_Issend : MPI_Isend)(sbuf[i], (int)m->bytes, MPI_BYTE, m->dst, m->tag, c, &sreq[i]);
@@ -398,7 +402,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nall[rank]; i++) {
             if (MPI_Wait(&sreq[i], MPI_STATUS_IGNORE) != MPI_SUCCESS) fail("round %d: send %d failed", r, i);
-            mk_free(mine[i].kind, sbuf[i]);
+            mk_free(mine[i].kind, sbase[i]);
         }
         /* every message taken exactly once */
         for (int i = 0; i < nin; i++) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
+#include "core/cuda/kernels.h"
 #include "core/dtype/buffers.h"
 #include "core/dtype/dtype.h"
 #include "core/tl/nccl/coll_nccl.h"
@@ -17,11 +18,6 @@
 #include "route/nm_op.h"
 #include "util/config.h"
 #include "util/log.h"
-
-extern "C" {
-extern const unsigned char nm_oneshot_fatbin[];  // src/gen/oneshot_fatbin.c (tools/embed.py)
-extern const unsigned long nm_oneshot_fatbin_size;
-}
 
 namespace ncclmpi {
 
@@ -36,40 +32,7 @@ struct OneshotWindow {
     uint64_t seq = 0;  // one-shot calls launched on the group (the same count on every rank)
 };
 
-bool oneshot_built() { return nm_oneshot_fatbin_size > 0; }
-
-// ---- the kernels: one module per context, loaded at the first window ---------------------------
 namespace {
-struct Module {
-    CUcontext ctx;
-    CUfunction fn[NM_OS_NTYPES + 1];  // the reductions by element kind, then nm_os_move
-};
-std::mutex modules_mu;
-std::vector<Module> modules;
-
-const CUfunction *kernels(CUcontext ctx, std::string *why)
-{
-    std::lock_guard<std::mutex> g(modules_mu);
-    for (const Module &m : modules)
-        if (m.ctx == ctx) return m.fn;
-    static const char *const names[NM_OS_NTYPES + 1] = {NM_OS_KERNEL_NAMES, NM_OS_MOVE_KERNEL};
-    Module m;
-    m.ctx = ctx;
-    CUmodule mod = nullptr;
-    CUresult r = cu.cuModuleLoadData(&mod, nm_oneshot_fatbin);
-    if (r != CUDA_SUCCESS) {
-        *why = std::string("cuModuleLoadData: ") + cuda_errstr(r);
-        return nullptr;
-    }
-    for (int i = 0; i <= NM_OS_NTYPES; i++)
-        if ((r = cu.cuModuleGetFunction(&m.fn[i], mod, names[i])) != CUDA_SUCCESS) {
-            *why = std::string("cuModuleGetFunction(") + names[i] + "): " + cuda_errstr(r);
-            return nullptr;  // the module stays loaded: a few kilobytes, once
-        }
-    modules.push_back(m);
-    return modules.back().fn;
-}
-
 // element kind of a predefined type, and the ops MPI defines on it (a bit per NM_OS_*)
 enum : unsigned {
     ARITH = 1u << NM_OS_SUM | 1u << NM_OS_PROD | 1u << NM_OS_MIN | 1u << NM_OS_MAX,
@@ -170,7 +133,7 @@ void oneshot_setup(ProcessGroup *pg, MPI_Comm comm)
 {
     const int n = pg->size();
     // rank-consistent preconditions (the size, the settings, the library): no collective at all
-    if (!nm_cfg.ONESHOT || nm_cfg.ONESHOT_MAX == 0 || !oneshot_built() || n < 2 || n > NM_OS_MAX_RANKS) return;
+    if (!nm_cfg.ONESHOT || nm_cfg.ONESHOT_MAX == 0 || !kernels_built() || n < 2 || n > NM_OS_MAX_RANKS) return;
     std::string why;
     OneshotWindow *w = new OneshotWindow;
     w->ctx = pg->ctx();

@@ -19,8 +19,6 @@ struct DtypeInfo;
 // oneshot_setup, released by oneshot_release (ProcessGroup::destroy).
 struct OneshotWindow;
 
-// Kernels built into this library.
-bool oneshot_built();
 // The kernels' element kind of a predefined datatype and the ops MPI defines on it that they run
 // (a bit per NM_OS_* op); -1 and 0 when none (dtype.cc caches it in DtypeInfo).
 void oneshot_kind(MPI_Datatype basic, int *kind, unsigned *ops);

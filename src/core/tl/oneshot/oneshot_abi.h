@@ -1,4 +1,4 @@
-/* ncclmpi: what the one-shot kernels (oneshot_kernels.cu, built by nvcc) and their host side
+/* ncclmpi: what the one-shot kernels (oneshot_kernels.cuh, built by nvcc into the library's fatbin) and their host side
  * (oneshot.cc) share. Plain C: the kernels see it through nvcc, the library through the host
  * compiler.
  *

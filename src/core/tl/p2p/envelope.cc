@@ -19,6 +19,7 @@
 
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
+#include "core/cuda/kernels.h"
 #include "core/dtype/dtype.h"
 #include "core/engine/task.h"
 #include "core/tl/staged/staging.h"
@@ -226,7 +227,7 @@ bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
         base = peer_pool(e);
     }
     if (!base) return false;
-    if (stream) return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, base + e.addr, n, stream) == CUDA_SUCCESS;
+    if (stream) return stage_pull_async(dst, base + e.addr, n, stream);
     return pool_copy(dst, base + e.addr, n);
 }
 
@@ -370,8 +371,9 @@ struct Deferred {
     Task *t;
     Held h;
     Device *d;   // null: a host payload (the test mode), copied at the call
-    CUevent ev;  // after the copy into the pool
+    CUevent ev;  // after the copy into the pool; null with src: copied at the flush
     MPI_Request inner;
+    const void *src = nullptr;  // the payload, copied by the flush's copy kernel
 };
 static std::mutex defer_mu;        // the list
 static std::mutex defer_flush_mu;  // one flush at a time: a thread's envelopes leave in its order
@@ -385,7 +387,7 @@ bool env_send_defers(const nm_op_t *o)
 }
 
 // A nonblocking send's envelope, its payload set aside in h, into the queue; its request is a task.
-static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc)
+static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc, const void *src = nullptr)
 {
     Task *t = Task::get(o);
     t->set_deferred();
@@ -400,9 +402,60 @@ static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc)
     }
     __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
     std::lock_guard<std::mutex> g(defer_mu);
-    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL});
+    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL, src});
     ndeferred.store((int)deferred.size(), std::memory_order_release);
     return 1;
+}
+
+// Whether a deferred device send's payload waits for the flush's copy kernel (copyv_abi.h).
+static bool batchable(const void *src, size_t bytes)
+{
+    return bytes <= (size_t)nm_cfg.P2P_COPY_BATCH && ((uintptr_t)src & 15) == 0 && kernels_built();
+}
+
+// The payloads of v's batched sends into their pool blocks: per device, copy-kernel launches on
+// the legacy stream (the application's work queued before them, and so before each send's call,
+// comes first; what the application may queue after a send's call cannot write its buffer until
+// the send completes), then one event, which each batched entry gets as its ev. Without the
+// kernel, one driver copy each, then the event. An entry whose copies could not be issued keeps
+// a null ev. Returns the events to put back once they have been waited for.
+static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferred> &v)
+{
+    std::vector<std::pair<Device *, CUevent>> out;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (!v[i].src || v[i].ev) continue;
+        Device *d = v[i].d;  // this device's batch: every entry from i on with it
+        DeviceGuard dg(d->ctx);
+        nm_copyv_region_t r[NM_COPYV_MAX];
+        int n = 0;
+        bool ok = true;
+        auto issue = [&]() {
+            if (n && ok && copyv_launch(d->ctx, r, n, CU_STREAM_LEGACY) != CUDA_SUCCESS)
+                for (int k = 0; k < n && ok; k++)
+                    ok = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[k].dst, (CUdeviceptr)(uintptr_t)r[k].src,
+                                          r[k].bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+            n = 0;
+        };
+        for (size_t j = i; j < v.size(); j++) {
+            if (!v[j].src || v[j].d != d) continue;
+            r[n++] = {(char *)(uintptr_t)(pools[v[j].h.pool].base + v[j].h.off), (const char *)v[j].src, v[j].h.len};
+            if (n == NM_COPYV_MAX) issue();
+        }
+        issue();
+        CUevent ev = ok ? ev_get(d) : nullptr;
+        if (ev && cu.cuEventRecord(ev, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+            ev_put(d, ev);
+            ev = nullptr;
+        }
+        if (!ev) cu.cuStreamSynchronize(CU_STREAM_LEGACY);  // (what was issued ends before the blocks are freed)
+        else out.emplace_back(d, ev);
+        for (size_t j = i; j < v.size(); j++)
+            if (v[j].src && v[j].d == d && !v[j].ev) v[j].ev = ev;
+        if (!ev)
+            for (size_t j = i; j < v.size(); j++)
+                if (v[j].d == d) v[j].src = nullptr;  // (failed: marked by a null ev, nothing to put back)
+    }
+    return out;
 }
 
 void env_flush_sends()
@@ -416,12 +469,17 @@ void env_flush_sends()
         ndeferred.store(0, std::memory_order_release);
     }
     if (v.empty()) return;
+    const std::vector<std::pair<Device *, CUevent>> batches = copy_batched(v);
+    CUevent waited = nullptr;  // a batch's event, waited for once
     for (Deferred &x : v) {  // the copies ran one after another on the legacy stream: the first
         CUresult r = CUDA_SUCCESS;  // wait is the only long one
-        if (x.d) {
+        if (x.d && !x.ev) {
+            r = CUDA_ERROR_UNKNOWN;  // (its batch could not be issued)
+        } else if (x.d && x.ev != waited) {
             DeviceGuard dg(x.d->ctx);
             r = cu.cuEventSynchronize(x.ev);
-            ev_put(x.d, x.ev);
+            if (x.src) waited = x.ev;
+            else ev_put(x.d, x.ev);  // (a batch's event goes back below)
         }
         if (r != CUDA_SUCCESS) {
             held_free(x.h);
@@ -434,6 +492,7 @@ void env_flush_sends()
         }
         __atomic_sub_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
     }
+    for (const auto &b : batches) ev_put(b.first, b.second);
 }
 
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
@@ -446,6 +505,8 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
     const bool later = env_send_defers(o);
+    if (later && d && h.wire && batchable(src, bytes))  // copied at the flush, with the others
+        return defer(o, h, d, nullptr, rc, src);
     CUevent ev = nullptr;
     bool ok = d && h.wire && (!later || (ev = ev_get(d)));
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with

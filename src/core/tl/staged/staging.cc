@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/dtype/dtype.h"
 #include "core/dtype/layout.h"
 #include "core/comm/process_group.h"
+#include "core/cuda/kernels.h"
 #include "core/cuda/memkind.h"
 #include "core/op_table.h"
 #include "core/comm/comm_state.h"
@@ -64,15 +66,17 @@ Device *device_get(int ordinal)
     return d;
 }
 
+static thread_local std::map<int, Lane *> lanes;  // the calling thread's, by device ordinal
+
 Lane *lane_get(Device *d)
 {
     // per thread, never freed: a staged call keeps the lane it was issued on (Stage::lane) and
     // copies back on that lane's stream even when another thread completes it (CUDA streams take
     // work from any thread)
-    static thread_local std::map<int, Lane *> lanes;
     auto it = lanes.find(d->ordinal);
     if (it != lanes.end()) return it->second;
     Lane *l = new Lane;
+    l->dev = d;
     DeviceGuard dg(d->ctx);
     NM_CU_CHECK(cu.cuStreamCreate(&l->stream, CU_STREAM_NON_BLOCKING), delete l; return nullptr);
     NM_CU_CHECK(cu.cuStreamCreate(&l->stream2, CU_STREAM_NON_BLOCKING), delete l; return nullptr);
@@ -210,9 +214,24 @@ struct Stage {
     // a copy back under way (stage_finish_begin): recorded after it; its result; the envelope
     // payloads whose memory goes back to their senders once it is done
     CUevent done_ev = nullptr;
+    PullBatch *batch = nullptr;  // or: the batch its pulls are in (its event stands for done_ev)
     nm_status_t fin = NM_OK;
     EnvRelease rel[2];
 };
+
+// Pulls queued on one lane during one progress sweep, launched together (stage_pull_async).
+// Made and launched by the lane's thread; once launched, any thread may poll it (refs: the
+// stages waiting for it).
+struct PullBatch {
+    Lane *lane = nullptr;
+    std::vector<nm_copyv_region_t> r;
+    CUevent ev = nullptr;
+    bool issued = false;
+    std::atomic<bool> done{false};
+    std::atomic<int> st{NM_OK};
+    std::atomic<int> refs{0};
+};
+static thread_local uint64_t pulls_queued = 0;  // how many this thread queued (stage_finish_begin asks)
 
 // Events that mark the end of a copy, per device (a copy may end on another thread)
 static std::mutex ev_mu;
@@ -319,12 +338,60 @@ void stage_set_decode(Stage *s, Decode *d)
     s->decode = d;
 }
 
+bool stage_pull_async(void *dst, CUdeviceptr src, size_t n, CUstream stream)
+{
+    Lane *l = nullptr;
+    for (auto &x : lanes)
+        if (x.second->stream == stream) l = x.second;
+    if (!l || n > (size_t)nm_cfg.P2P_COPY_BATCH || ((uintptr_t)dst & 15) || (src & 15) || !kernels_built())
+        return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, stream) == CUDA_SUCCESS;
+    if (!l->open) {
+        l->open = new PullBatch;
+        l->open->lane = l;
+    }
+    l->open->r.push_back({(char *)dst, (const char *)(uintptr_t)src, n});
+    pulls_queued++;
+    return true;
+}
+
+// Launch b's copies on its lane's stream (the lane's thread, in its context), then its event.
+static void pulls_launch(PullBatch *b)
+{
+    Lane *l = b->lane;
+    bool ok = true;
+    for (size_t i = 0; i < b->r.size() && ok; i += NM_COPYV_MAX) {
+        const int n = (int)std::min<size_t>(NM_COPYV_MAX, b->r.size() - i);
+        if (copyv_launch(l->dev->ctx, &b->r[i], n, l->stream) != CUDA_SUCCESS)  // (no kernel: one copy each)
+            for (int k = 0; k < n && ok; k++)
+                ok = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)b->r[i + k].dst, (CUdeviceptr)(uintptr_t)b->r[i + k].src,
+                                      b->r[i + k].bytes, l->stream) == CUDA_SUCCESS;
+    }
+    b->issued = true;
+    if (l->open == b) l->open = nullptr;
+    if (ok && (b->ev = ev_get(l->dev)) && cu.cuEventRecord(b->ev, l->stream) == CUDA_SUCCESS) return;
+    if (b->ev) ev_put(l->dev, b->ev);
+    b->ev = nullptr;
+    if (cu.cuStreamSynchronize(l->stream) != CUDA_SUCCESS) ok = false;  // (what was queued ends here)
+    b->st.store(ok ? NM_OK : NM_ERR_CUDA);
+    b->done.store(true, std::memory_order_release);
+}
+
+void stage_pulls_issue()
+{
+    for (auto &x : lanes)
+        if (x.second->open) {
+            DeviceGuard g(x.second->dev->ctx);
+            pulls_launch(x.second->open);
+        }
+}
+
 nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
     Lane *l = s->lane;  // lanes live as long as the process
     if (!l) return NM_ERR_CUDA;
+    const uint64_t queued_before = pulls_queued;
     nm_status_t st = NM_OK;
     bool copied = false, truncated = false;
     // an envelope received into a non-contiguous buffer: its payload into the shadow, through the
@@ -359,6 +426,12 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
         }
     }
     if (st == NM_OK && truncated) st = NM_ERR_TRUNCATE;
+    if (pulls_queued != queued_before && l->open) {  // done with the lane's batch (after its other copies)
+        s->batch = l->open;
+        s->batch->refs.fetch_add(1, std::memory_order_relaxed);
+        s->fin = st;
+        return NM_INPROGRESS;
+    }
     if (copied && (s->done_ev = ev_get(s->dev)) && cu.cuEventRecord(s->done_ev, l->stream) == CUDA_SUCCESS) {
         s->fin = st;
         return NM_INPROGRESS;
@@ -375,8 +448,42 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
     return st;
 }
 
+// The copies of s's batch are done (NM_INPROGRESS: not yet); s leaves the batch when they are.
+static nm_status_t batch_poll(Stage *s, bool wait)
+{
+    PullBatch *b = s->batch;
+    if (!b->issued) {  // (a blocking finish: this thread queued it)
+        DeviceGuard g(b->lane->dev->ctx);
+        pulls_launch(b);
+    }
+    if (!b->done.load(std::memory_order_acquire)) {
+        DeviceGuard g(b->lane->dev->ctx);
+        CUresult r = wait ? cu.cuEventSynchronize(b->ev) : cu.cuEventQuery(b->ev);
+        if (r == CUDA_ERROR_NOT_READY) return NM_INPROGRESS;
+        if (r != CUDA_SUCCESS) b->st.store(NM_ERR_CUDA);
+        b->done.store(true, std::memory_order_release);
+    }
+    const nm_status_t bst = (nm_status_t)b->st.load();
+    s->batch = nullptr;
+    if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        if (b->ev) ev_put(b->lane->dev, b->ev);
+        delete b;
+    }
+    return bst;
+}
+
 nm_status_t stage_finish_poll(Stage *s, bool wait)
 {
+    if (s->batch) {
+        const nm_status_t bst = batch_poll(s, wait);
+        if (bst == NM_INPROGRESS) return bst;
+        if (bst != NM_OK && s->fin == NM_OK) s->fin = bst;
+        for (auto &x : s->rel) {  // the payloads are read: their senders may reuse the memory
+            env_release(x);
+            x = EnvRelease();
+        }
+        return s->fin;
+    }
     if (!s->done_ev) return s->fin;
     DeviceGuard g(s->dev->ctx);
     CUresult r = wait ? cu.cuEventSynchronize(s->done_ev) : cu.cuEventQuery(s->done_ev);
@@ -553,7 +660,7 @@ nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc)
 
 void stage_release(Stage *s)
 {
-    if (s->done_ev) stage_finish_poll(s, true);  // (a copy back still running: never under way past here)
+    if (s->done_ev || s->batch) stage_finish_poll(s, true);  // (a copy back still running: never under way past here)
     for (int i = 0; i < s->n; i++) pinned_put(s->r[i].host, s->r[i].cls);
     delete s->decode;
     if (s->rtype_dup != MPI_DATATYPE_NULL) PMPI_Type_free(&s->rtype_dup);

@@ -20,9 +20,12 @@ struct Device {
 };
 Device *device_get(int ordinal);
 
+struct PullBatch;
 // The calling thread's copy streams and events on a device: staged calls of different threads
 // never share a stream (MPI_THREAD_MULTIPLE).
 struct Lane {
+    Device *dev = nullptr;
+    PullBatch *open = nullptr;   // pulls queued on `stream`, not launched yet (stage_pull_async)
     CUstream stream = nullptr;   // device-to-host copies
     CUstream stream2 = nullptr;  // host-to-device copies (both directions overlap in a pipeline)
     CUevent order_ev = nullptr;
@@ -57,6 +60,14 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
 nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status);
 nm_status_t stage_finish_poll(Stage *s, bool wait);
 void stage_release(Stage *s);
+// A receive's pull of n bytes at src (a peer's pool, mapped here) into device memory at dst,
+// queued on `stream` (the calling thread's lane's): copies queued by stage_finish_begin calls
+// are launched together, by one copy kernel, at stage_pulls_issue (or when one of them is
+// waited for) and share one event. Larger than NCCLMPI_P2P_COPY_BATCH, without the kernel, or
+// unaligned: a driver copy at once.
+bool stage_pull_async(void *dst, CUdeviceptr src, size_t n, CUstream stream);
+// Launch the pulls the calling thread queued (the end of a progress sweep over its requests).
+void stage_pulls_issue();
 // After the core's own call of the real MPI for o (rc its result; dispatch.cc): copy the staged
 // shadows back (NM_OPF_STAGED; a nonblocking call's copy waits for its request, a persistent
 // one's for each completion) or decode what a host receive got (NM_OPF_DECODE); an error goes

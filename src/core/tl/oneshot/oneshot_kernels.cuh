@@ -1,6 +1,7 @@
 // ncclmpi: one-shot kernels for small device collectives (the window and the protocol are
-// described in oneshot_abi.h). Built by nvcc into a fatbin that the library embeds and loads with
-// the driver API; no CUDA runtime call is made here.
+// described in oneshot_abi.h). Part of the library's fatbin (core/cuda/fatbin.cu), which nvcc
+// builds, the library embeds and core/cuda/kernels.cc loads with the driver API; no CUDA runtime
+// call is made here.
 #include <stdint.h>
 
 #include "oneshot_abi.h"

@@ -1,0 +1,28 @@
+// ncclmpi: the library's kernels (one fatbin built by nvcc at build time and embedded: fatbin.cu),
+// loaded with the driver API once per context, so the library links no CUDA runtime. Without nvcc
+// (configure --without-kernels) the image is empty and every caller takes its other path.
+#ifndef NM_CORE_CUDA_KERNELS_H
+#define NM_CORE_CUDA_KERNELS_H
+#include <cuda.h>
+
+#include <string>
+
+#include "core/cuda/copyv_abi.h"
+#include "core/tl/oneshot/oneshot_abi.h"
+
+namespace ncclmpi {
+
+// Indices into kernels()'s table: the one-shot reductions by element kind (NM_OS_I8...), then:
+enum { NM_K_MOVE = NM_OS_NTYPES, NM_K_COPYV, NM_K_COUNT };
+
+// Kernels built into this library.
+bool kernels_built();
+// The kernels' functions in context ctx (loaded at the first call), or null with *why.
+const CUfunction *kernels(CUcontext ctx, std::string *why);
+
+// n (1..NM_COPYV_MAX) copies by one launch of nm_copyv on stream s, in the current context, which
+// is ctx. Fails (CUDA_ERROR_NOT_FOUND without kernels) without launching anything.
+CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream s);
+
+}  // namespace ncclmpi
+#endif
