@@ -67,10 +67,11 @@ CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream
         a.r[i] = r[i];
         if (r[i].bytes > most) most = r[i].bytes;
     }
-    // about four 16-byte words per thread, at most 64 blocks per region
-    const unsigned long long per_block = 4ull * 16 * NM_COPYV_THREADS;
+    // one 16-byte word per thread up to 128 blocks per region: many loads in flight, since a
+    // peer's memory is a few microseconds away
+    const unsigned long long per_block = 16ull * NM_COPYV_THREADS;
     unsigned x = (unsigned)((most + per_block - 1) / per_block);
-    x = x < 1 ? 1 : x > 64 ? 64 : x;
+    x = x < 1 ? 1 : x > 128 ? 128 : x;
     void *params[] = {&a};
     return cu.cuLaunchKernel(fn[NM_K_COPYV], x, (unsigned)n, 1, NM_COPYV_THREADS, 1, 1, 0, s, params, nullptr);
 }

@@ -505,7 +505,9 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
     const bool later = env_send_defers(o);
-    if (later && d && h.wire && batchable(src, bytes))  // copied at the flush, with the others
+    // the first send of a burst copies at its call (a lone send's copy overlaps what the caller
+    // does until the flush); the ones queued after it are copied together at the flush
+    if (later && d && h.wire && ndeferred.load(std::memory_order_relaxed) > 0 && batchable(src, bytes))
         return defer(o, h, d, nullptr, rc, src);
     CUevent ev = nullptr;
     bool ok = d && h.wire && (!later || (ev = ev_get(d)));
