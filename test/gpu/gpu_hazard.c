@@ -18,6 +18,7 @@
  * program exits 77 (skipped). Prints "gpu_hazard <scenario>: OK" and exits 0 when all passed. */
 #define _GNU_SOURCE
 #include "gpu_common.h"
+#include <cuda.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1848,6 +1849,62 @@ static void precv_check(int from, int msg, int n, int tag, const char *what)
     free(want);
 }
 
+/* Holds the legacy default stream (cuStreamWaitValue32 on a host-mapped word) until released
+ * or until limit_s passes; the release by the timer counts as a failure of what it waited for. */
+typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+typedef struct {
+    volatile unsigned *word;
+    volatile int done;
+    volatile int timed_out;
+    int limit_s;
+} blocker_t;
+
+static void *blocker_timer(void *arg)
+{
+    blocker_t *b = arg;
+    for (int i = 0; i < b->limit_s * 100 && !b->done; i++) usleep(10000);
+    if (!b->done) {
+        b->timed_out = 1;
+        *b->word = 1;  /* let the stream go, so that the test ends with a failure, not a hang */
+    }
+    return NULL;
+}
+
+/* 1 when the legacy stream is now held (a GPU with stream memory operations) */
+static int legacy_hold(blocker_t *b, pthread_t *timer)
+{
+    static wait_value_fn wait_value;
+    static unsigned *word;
+    static CUdeviceptr dword;
+    if (!wait_value) {
+        enum cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn)
+            return 0;
+        CUDACHECK(cudaHostAlloc((void **)&word, sizeof(unsigned), cudaHostAllocMapped));
+        void *dp = NULL;
+        CUDACHECK(cudaHostGetDevicePointer(&dp, word, 0));
+        dword = (CUdeviceptr)(uintptr_t)dp;
+        wait_value = (wait_value_fn)fn;
+    }
+    *word = 0;
+    b->word = word;
+    b->done = 0;
+    b->timed_out = 0;
+    b->limit_s = 20;
+    if (wait_value(CU_STREAM_LEGACY, dword, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) return 0;
+    pthread_create(timer, NULL, blocker_timer, b);
+    return 1;
+}
+
+static void legacy_release(blocker_t *b, pthread_t timer)
+{
+    b->done = 1;
+    *b->word = 1;
+    pthread_join(timer, NULL);
+    CUDACHECK(cudaDeviceSynchronize());
+}
+
 static void sc_envelope_order(void)
 {
     const int BIG = 256 << 10, MID = 64 << 10, TAG = 31;  /* ints: 1 MiB, 256 KiB; 8-byte messages */
@@ -1966,6 +2023,40 @@ static void sc_envelope_order(void)
                 gb_free_all(&src[k], &sb[k], &rb[k], (gbuf_t *)NULL);
             }
         }
+    }
+    /* 4c. the legacy stream held by the application (work it queued after the calls, which waits
+     *     for the host) while MPI_Waitall completes device sends and receives, some of them
+     *     queued: their copies follow what was queued before each call, not what came after */
+    if (rank < 2 && !host_mode) {
+        const int peer = 1 - rank, n = 16 << 10;
+        gbuf_t sb[3], rb[3];
+        MPI_Request q[6];
+        for (int k = 0; k < 3; k++) {
+            sb[k] = pbuf(rank, 60 + k, n);
+            rb[k] = gb_dev((size_t)n * sizeof(int));
+        }
+        blocker_t b;
+        pthread_t timer;
+        STEP();
+        for (int k = 0; k < 3; k++) MPI_Irecv(rb[k].p, n, MPI_INT, peer, TAG + 40 + k, MPI_COMM_WORLD, &q[k]);
+        for (int k = 0; k < 3; k++) MPI_Isend(sb[k].p, n, MPI_INT, peer, TAG + 40 + k, MPI_COMM_WORLD, &q[3 + k]);
+        if (legacy_hold(&b, &timer)) {
+            int rc = MPI_Waitall(6, q, MPI_STATUSES_IGNORE);
+            const int waited_for_stream = b.timed_out;
+            legacy_release(&b, timer);
+            CHECK(rc == MPI_SUCCESS, "Waitall with the legacy stream held returned %d", rc);
+            CHECK(!waited_for_stream, "MPI_Waitall waited for work the application queued on the legacy stream "
+                                      "after its sends and receives (released after %d s)", b.limit_s);
+            int *want = malloc((size_t)n * sizeof(int));
+            for (int k = 0; k < 3; k++) {
+                for (int i = 0; i < n; i++) want[i] = pval(peer, 60 + k, i);
+                gb_expect(&rb[k], want, sizeof(int), "a message received while the legacy stream was held");
+            }
+            free(want);
+        } else {
+            MPI_Waitall(6, q, MPI_STATUSES_IGNORE);  /* (no stream memory operations: nothing to check) */
+        }
+        for (int k = 0; k < 3; k++) gb_free_all(&sb[k], &rb[k], (gbuf_t *)NULL);
     }
     /* 5. a queued send, then nonblocking device collectives waited for (an agreement round): the
      *    peer receives the message before it issues the collectives */

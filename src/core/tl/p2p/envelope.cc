@@ -374,6 +374,7 @@ struct Deferred {
     CUevent ev;  // after the copy into the pool; null with src: copied at the flush
     MPI_Request inner;
     const void *src = nullptr;  // the payload, copied by the flush's copy kernel
+    CUevent ord = nullptr;      // with src: the legacy stream's work at the call, which the copy follows
 };
 static std::mutex defer_mu;        // the list
 static std::mutex defer_flush_mu;  // one flush at a time: a thread's envelopes leave in its order
@@ -387,22 +388,32 @@ bool env_send_defers(const nm_op_t *o)
 }
 
 // A nonblocking send's envelope, its payload set aside in h, into the queue; its request is a task.
+// src: a payload the flush copies (ev null); the legacy stream's point is recorded here, under
+// the list's lock, so that the list's last entry of a device has the latest point of all.
 static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc, const void *src = nullptr)
 {
     Task *t = Task::get(o);
     t->set_deferred();
+    CUevent ord = src ? ev_get(d) : nullptr;
     if ((*rc = t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
-        if (ev) {
+        if (ev || ord) {
             DeviceGuard dg(d->ctx);
-            cu.cuEventSynchronize(ev);
-            ev_put(d, ev);
+            if (ev) cu.cuEventSynchronize(ev);
+            ev_put(d, ev ? ev : ord);
         }
         held_free(h);
         return 1;
     }
     __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
     std::lock_guard<std::mutex> g(defer_mu);
-    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL, src});
+    if (ord) {
+        DeviceGuard dg(d->ctx);
+        if (cu.cuEventRecord(ord, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+            ev_put(d, ord);
+            ord = nullptr;  // (its batch then runs on the legacy stream)
+        }
+    }
+    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL, src, ord});
     ndeferred.store((int)deferred.size(), std::memory_order_release);
     return 1;
 }
@@ -414,11 +425,12 @@ static bool batchable(const void *src, size_t bytes)
 }
 
 // The payloads of v's batched sends into their pool blocks: per device, copy-kernel launches on
-// the legacy stream (the application's work queued before them, and so before each send's call,
-// comes first; what the application may queue after a send's call cannot write its buffer until
-// the send completes), then one event, which each batched entry gets as its ev. Without the
-// kernel, one driver copy each, then the event. An entry whose copies could not be issued keeps
-// a null ev. Returns the events to put back once they have been waited for.
+// the flushing thread's copy stream after the legacy stream's point at the last of these sends'
+// calls (so after the application's work queued before each call, but not after what it queued
+// since: a kernel launched between an MPI_Isend and the MPI_Waitall overlaps the exchange; it
+// cannot write a send buffer before the send completes), then one event, which each batched
+// entry gets as its ev. Without the kernel, one driver copy each, then the event. An entry whose
+// copies could not be issued keeps a null ev. Returns the events to put back once waited for.
 static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferred> &v)
 {
     std::vector<std::pair<Device *, CUevent>> out;
@@ -426,14 +438,24 @@ static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferr
         if (!v[i].src || v[i].ev) continue;
         Device *d = v[i].d;  // this device's batch: every entry from i on with it
         DeviceGuard dg(d->ctx);
+        CUevent last = nullptr;  // the latest point (the list is in the order the points were recorded)
+        bool all_ord = true;
+        for (size_t j = i; j < v.size(); j++)
+            if (v[j].src && v[j].d == d) {
+                last = v[j].ord;
+                all_ord = all_ord && v[j].ord;
+            }
+        Lane *l = lane_get(d);
+        CUstream s = CU_STREAM_LEGACY;  // (no point recorded: after everything, as a last resort)
+        if (l && all_ord && cu.cuStreamWaitEvent(l->stream, last, 0) == CUDA_SUCCESS) s = l->stream;
         nm_copyv_region_t r[NM_COPYV_MAX];
         int n = 0;
         bool ok = true;
         auto issue = [&]() {
-            if (n && ok && copyv_launch(d->ctx, r, n, CU_STREAM_LEGACY) != CUDA_SUCCESS)
+            if (n && ok && copyv_launch(d->ctx, r, n, s) != CUDA_SUCCESS)
                 for (int k = 0; k < n && ok; k++)
                     ok = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[k].dst, (CUdeviceptr)(uintptr_t)r[k].src,
-                                          r[k].bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+                                          r[k].bytes, s) == CUDA_SUCCESS;
             n = 0;
         };
         for (size_t j = i; j < v.size(); j++) {
@@ -443,11 +465,11 @@ static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferr
         }
         issue();
         CUevent ev = ok ? ev_get(d) : nullptr;
-        if (ev && cu.cuEventRecord(ev, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+        if (ev && cu.cuEventRecord(ev, s) != CUDA_SUCCESS) {
             ev_put(d, ev);
             ev = nullptr;
         }
-        if (!ev) cu.cuStreamSynchronize(CU_STREAM_LEGACY);  // (what was issued ends before the blocks are freed)
+        if (!ev) cu.cuStreamSynchronize(s);  // (what was issued ends before the blocks are freed)
         else out.emplace_back(d, ev);
         for (size_t j = i; j < v.size(); j++)
             if (v[j].src && v[j].d == d && !v[j].ev) v[j].ev = ev;
@@ -493,6 +515,8 @@ void env_flush_sends()
         __atomic_sub_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
     }
     for (const auto &b : batches) ev_put(b.first, b.second);
+    for (const Deferred &x : v)
+        if (x.ord) ev_put(x.d, x.ord);
 }
 
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
