@@ -17,7 +17,7 @@
  *
  *   mpirun -np 2 -x LD_PRELOAD=libncclmpi.so p2p_bench [-b 8] [-e 64M] [-f 4] [-p exchange,oneway,ring,halo3d]
  *          [-o out.csv]
- * Needs one GPU per rank (ranks on one node for the ipc columns: they are left out otherwise).
+ * The nccl and ipc columns need one GPU per rank (ranks on one node for ipc); they are left out otherwise.
  */
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -35,7 +35,7 @@ enum { MAXP = 6 }; /* neighbours of a pattern at most */
 enum { W_MPI, W_NCCL, W_STAGED, W_IPC, W_IPCC, NWAY };
 static const char *const way_names[NWAY] = {"mpi", "nccl", "staged", "ipc", "ipc+copy"};
 
-static int rank, size, ipc_ok;
+static int rank, size, ipc_ok, nccl_ok;
 static ncclComm_t nc;
 static cudaStream_t stream;
 static char *dsend, *drecv, *dstage, *hsend, *hrecv;
@@ -223,10 +223,16 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < maxb; i++) hsend[k * maxb + i] = (char)(rank * 16 + k + i);
     CUDACHECK(cudaMemcpy(dsend, hsend, nslots * maxb, cudaMemcpyHostToDevice));
     CUDACHECK(cudaMemcpy(dstage, hsend, nslots * maxb, cudaMemcpyHostToDevice));
-    ncclUniqueId id;
-    if (rank == 0) NCCLCHECK(ncclGetUniqueId(&id));
-    PMPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    NCCLCHECK(ncclCommInitRank(&nc, size, id, rank));
+    /* NCCL refuses ranks that share a GPU: then the nccl column is left out (every rank sees
+     * the same device count on one node; the minimum decides) */
+    int own_gpu = ndev >= size || size == 1;
+    PMPI_Allreduce(&own_gpu, &nccl_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (nccl_ok) {
+        ncclUniqueId id;
+        if (rank == 0) NCCLCHECK(ncclGetUniqueId(&id));
+        PMPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        NCCLCHECK(ncclCommInitRank(&nc, size, id, rank));
+    }
 
     /* CUDA IPC: every rank's send and staging buffers, mapped by its ring neighbours and partner
      * (on one node, on another GPU; else the ipc columns are left out) */
@@ -265,7 +271,8 @@ int main(int argc, char **argv)
         int v;
         ncclGetVersion(&v);
         printf("# p2p_bench: %d ranks, %d GPU(s) per node (%s), NCCL %d, medians of blocking iterations; "
-               "bytes per message%s\n", size, ndev, prop.name, v, ipc_ok ? "" : "; ipc columns not run (needs one GPU per rank on one node)");
+               "bytes per message%s%s\n", size, ndev, prop.name, v, ipc_ok ? "" : "; ipc columns not run (needs one GPU per rank on one node)",
+               nccl_ok ? "" : "; nccl column not run (ranks share a GPU)");
         printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s %10s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us", "ipc_us",
                "ipc+cp_us", "mpi/nccl", "ipc/nccl", "mpi_post");
     }
@@ -277,7 +284,7 @@ int main(int argc, char **argv)
             double t[NWAY], post = 0;
             for (int w = 0; w < NWAY; w++) {
                 t[w] = -1;
-                if (w >= W_IPC && !ipc_ok) continue;
+                if ((w >= W_IPC && !ipc_ok) || (w == W_NCCL && !nccl_ok)) continue;
                 if (check(w, pat, n)) {
                     if (rank == 0) printf("%s %zu B: %s delivered wrong data\n", pat_names[pat], n, way_names[w]);
                     failed = 1;
@@ -300,7 +307,7 @@ int main(int argc, char **argv)
             cudaIpcCloseMemHandle(peer_send[q]);
             if (peer_stage[q]) cudaIpcCloseMemHandle(peer_stage[q]);
         }
-    ncclCommDestroy(nc);
+    if (nccl_ok) ncclCommDestroy(nc);
     MPI_Finalize();
     return failed;
 }
