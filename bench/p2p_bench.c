@@ -293,8 +293,9 @@ int main(int argc, char **argv)
                 t[w] = time_it(w, pat, n, iters, w == W_MPI ? &post : NULL);
             }
             if (rank == 0) {
+                const double none = -1;  /* (a ratio to a column that was not run) */
                 printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %10.2f\n", pat_names[pat], n, t[0], t[1], t[2], t[3],
-                       t[4], t[0] / t[1], t[3] / t[1], post);
+                       t[4], t[1] > 0 ? t[0] / t[1] : none, t[1] > 0 && t[3] > 0 ? t[3] / t[1] : none, post);
                 fflush(stdout);
             }
             if (csv)
