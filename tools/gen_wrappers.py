@@ -17,6 +17,9 @@ import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
+# the kinds of DATA rows that receive (point-to-point envelopes: their wrappers take the slow path
+# whenever envelopes are configured)
+RECEIVE_KINDS = {"RECV", "MRECV", "SENDRECV", "SENDRECV_REPLACE"}
 PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "PERSIST", "PROBE"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
@@ -201,7 +204,10 @@ def c_wrapper(r):
                 "}",
                 "int nm_impl_%s(%s)" % (n, f), "{",
                 "    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
+                # a receive may get a point-to-point envelope (NCCLMPI_P2P_ENVELOPE), which ncclmpi
+                # decodes also where no CUDA driver is loaded; no other call has anything to do there
+                "    if (NM_LIKELY(nm_host_fast()%s)) return PMPI_%s(%s);" % (
+                    " && !nm_envelopes_configured" if r["kind"] in RECEIVE_KINDS else "", n, act),
                 "    return nm_slow_%s(%s);" % (n, act)]
     elif p == "REJECT":
         # Buffers ncclmpi cannot run on device memory: the real MPI must never see a device

@@ -407,7 +407,10 @@ static int enter(nm_op_t *o, int *rc)
     const bool agree = nm_cfg.AGREE && coll;
     // no CUDA driver in the process: every buffer is host memory, the route is the host's
     const bool host_only = !cuda_attached() && !nm_linkmap_refresh() && !agree;
-    if (host_only && !nm_envelopes_configured) {
+    // (NCCLMPI_P2P_ENVELOPE: only receives, which may get an envelope, and the host test mode's
+    // sends have anything to do there, and any call while envelopes are queued)
+    if (host_only && (!nm_envelopes_configured || (!receives(o) && !(o->kind == NM_OPK_SEND && nm_env_active && !env_device()) &&
+                                                   !__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)))) {
         NM_TRACE(CALL, "MPI_%s -> host (no CUDA driver in the process)", nm_fn_names[o->fn]);
         return ENTER_PMPI;
     }

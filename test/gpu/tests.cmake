@@ -148,6 +148,13 @@ foreach(prog neighbor persist)
   endforeach()
 endforeach()
 
+# a rank that never uses CUDA receives device messages (staged; and as envelopes, whose payload
+# it reads from the sender's GPU after loading the driver) and sends host data to device memory
+add_test(gpu_nocuda_np2 ${GRUN} 2 "${B}/test/gpu/gpu_nocuda")
+add_test(gpu_nocuda_np2_envelope ${GRUN} 2 "${B}/test/gpu/gpu_nocuda")
+set_tests_properties(gpu_nocuda_np2 gpu_nocuda_np2_envelope PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77)
+set_tests_properties(gpu_nocuda_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device")
+
 # point-to-point envelopes with device payloads (work in progress, NCCLMPI_P2P_ENVELOPE=device):
 # device sends of 4 KiB and more travel as envelopes pulled over CUDA IPC; the random matching
 # fuzzer, persistent requests and the neighbourhood collectives must behave as before

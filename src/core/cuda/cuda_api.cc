@@ -41,6 +41,19 @@ bool cuda_attach()
     return true;
 }
 
+bool cuda_load()
+{
+    if (attached) return true;
+    if (!dlopen(nm_cfg.CUDA_LIB, RTLD_NOW | RTLD_GLOBAL)) {
+        NM_WARN(INIT, "cannot load the CUDA driver (%s): %s", nm_cfg.CUDA_LIB, dlerror());
+        return false;
+    }
+    if (!cuda_attach()) return false;
+    const CUresult r = cu.cuInit(0);
+    if (r != CUDA_SUCCESS) NM_WARN(INIT, "cuInit failed: %s", cuda_errstr(r));
+    return r == CUDA_SUCCESS;
+}
+
 const char *cuda_errstr(CUresult r)
 {
     const char *s = nullptr;

@@ -36,6 +36,9 @@ extern CudaApi cu;
 // itself). Returns true when every entry point was found.
 bool cuda_attach();
 bool cuda_attached();
+// Load the driver into a process that has not (a receive that must read another process's GPU
+// memory), then attach and initialise it. false when it cannot (logged).
+bool cuda_load();
 const char *cuda_errstr(CUresult r);
 
 }  // namespace ncclmpi

@@ -116,9 +116,10 @@ __attribute__((constructor)) static void nm_memkind_boot()
     nm_config_load();
     // NCCLMPI_AGREE: every collective of every rank must vote, also where no CUDA driver is loaded
     if (nm_cfg.AGREE && !nm_cfg.DISABLE) nm_hot.slow = 1;
-    // NCCLMPI_P2P_ENVELOPE: every point-to-point receive decodes what it got
+    // NCCLMPI_P2P_ENVELOPE: every point-to-point receive decodes what it got (the wrappers of
+    // receives and probes test this flag); in the host test mode host sends go as envelopes too
     nm_envelopes_configured = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0 && !nm_cfg.DISABLE;
-    if (nm_envelopes_configured) nm_hot.slow = 1;
+    if (nm_envelopes_configured && !strcmp(nm_cfg.P2P_ENVELOPE, "host")) nm_hot.slow = 1;
     // NCCLMPI_LOG=TRACE: every intercepted call is traced, also where no CUDA driver is loaded
     if (nm_cfg.LOG >= NM_LOG_TRACE && !nm_cfg.DISABLE) {
         nm_hot.slow = 1;

@@ -219,6 +219,9 @@ bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
 {
     if (e.transport == NM_ENV_HOST) return pull_host(dst, e.pid, e.addr, n);
     if (!n) return true;
+    // a device payload in a process that never loaded CUDA (a host receive from a rank that sent
+    // from its GPU): the driver comes in now, as reading another GPU's memory needs it
+    if (!cuda_attached() && !cuda_load()) return false;
     CUdeviceptr base = 0;
     if (e.pid == getpid()) {  // our own pool
         for (auto &p : pools)
@@ -270,9 +273,10 @@ void env_init()
     for (const char *c = host; *c; c++) hh = (hh ^ (unsigned char)*c) * 1099511628211ull;
     long long mine[2] = {(long long)(hh >> 1), -(long long)(hh >> 1)}, all[2];
     PMPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    if (all[0] != mine[0] || all[1] != mine[1]) {  // (every rank still decodes: a no-op then)
+    if (all[0] != mine[0] || all[1] != mine[1]) {  // every rank turns them off: nothing to decode
         NM_INFO(INIT, "point-to-point envelopes off: ranks on several nodes");
         nm_env_active = 0;
+        nm_envelopes_configured = 0;  // (MPI_Init: no other thread calls MPI yet)
         device_mode = false;
         return;
     }
