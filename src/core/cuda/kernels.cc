@@ -55,13 +55,9 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
     return nullptr;
 }
 
-CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream s)
+// one launch of up to NM_COPYV_MAX regions
+static CUresult launch_copyv(const CUfunction *fn, const nm_copyv_region_t *r, int n, CUstream s)
 {
-    if (n == 1)  // one region: the copy engine starts sooner than a kernel (2xH200: 3-4 us less per exchange)
-        return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[0].dst, (CUdeviceptr)(uintptr_t)r[0].src, r[0].bytes, s);
-    std::string why;
-    const CUfunction *fn = kernels(ctx, &why);
-    if (!fn) return CUDA_ERROR_NOT_FOUND;
     nm_copyv_args_t a;
     memset(&a, 0, sizeof(a));
     unsigned long long most = 0;
@@ -76,6 +72,30 @@ CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream
     x = x < 1 ? 1 : x > 128 ? 128 : x;
     void *params[] = {&a};
     return cu.cuLaunchKernel(fn[NM_K_COPYV], x, (unsigned)n, 1, NM_COPYV_THREADS, 1, 1, 0, s, params, nullptr);
+}
+
+CUresult copy_regions(CUcontext ctx, const nm_copyv_region_t *r, size_t n, CUstream s)
+{
+    std::string why;
+    const CUfunction *fn = n > 1 ? kernels(ctx, &why) : nullptr;
+    for (size_t i = 0; i < n;) {
+        const size_t left = n - i;
+        // one region left: the copy engine starts sooner than a kernel (2xH200: 3-4 us less per
+        // exchange); without the kernel, one driver copy each
+        if (!fn || left == 1) {
+            const CUresult e = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[i].dst, (CUdeviceptr)(uintptr_t)r[i].src, r[i].bytes, s);
+            if (e != CUDA_SUCCESS) return e;
+            i++;
+            continue;
+        }
+        const int k = (int)(left < NM_COPYV_MAX ? left : NM_COPYV_MAX);
+        if (launch_copyv(fn, r + i, k, s) != CUDA_SUCCESS) {  // (a launch refused: these as driver copies)
+            fn = nullptr;
+            continue;
+        }
+        i += (size_t)k;
+    }
+    return CUDA_SUCCESS;
 }
 
 }  // namespace ncclmpi

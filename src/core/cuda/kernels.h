@@ -20,10 +20,10 @@ bool kernels_built();
 // The kernels' functions in context ctx (loaded at the first call), or null with *why.
 const CUfunction *kernels(CUcontext ctx, std::string *why);
 
-// n (1..NM_COPYV_MAX) copies by one launch of nm_copyv on stream s, in the current context, which
-// is ctx (one region: a driver copy instead). Fails (CUDA_ERROR_NOT_FOUND without kernels)
-// without launching anything.
-CUresult copyv_launch(CUcontext ctx, const nm_copyv_region_t *r, int n, CUstream s);
+// n copies on stream s in the current context, which is ctx: nm_copyv launches of up to
+// NM_COPYV_MAX regions each (a region left alone, no kernels, or a launch refused: driver
+// copies). The first driver error is returned; copies issued before it stay queued.
+CUresult copy_regions(CUcontext ctx, const nm_copyv_region_t *r, size_t n, CUstream s);
 
 }  // namespace ncclmpi
 #endif

@@ -437,7 +437,7 @@ static bool batchable(const void *src, size_t bytes)
 // calls (so after the application's work queued before each call, but not after what it queued
 // since: a kernel launched between an MPI_Isend and the MPI_Waitall overlaps the exchange; it
 // cannot write a send buffer before the send completes), then one event, which each batched
-// entry gets as its ev. Without the kernel, one driver copy each, then the event. An entry whose
+// entry gets as its ev (copy_regions: without the kernel, driver copies). An entry whose
 // copies could not be issued keeps a null ev. Returns the events to put back once waited for.
 static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferred> &v)
 {
@@ -456,22 +456,11 @@ static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferr
         Lane *l = lane_get(d);
         CUstream s = CU_STREAM_LEGACY;  // (no point recorded: after everything, as a last resort)
         if (l && all_ord && cu.cuStreamWaitEvent(l->stream, last, 0) == CUDA_SUCCESS) s = l->stream;
-        nm_copyv_region_t r[NM_COPYV_MAX];
-        int n = 0;
-        bool ok = true;
-        auto issue = [&]() {
-            if (n && ok && copyv_launch(d->ctx, r, n, s) != CUDA_SUCCESS)
-                for (int k = 0; k < n && ok; k++)
-                    ok = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[k].dst, (CUdeviceptr)(uintptr_t)r[k].src,
-                                          r[k].bytes, s) == CUDA_SUCCESS;
-            n = 0;
-        };
-        for (size_t j = i; j < v.size(); j++) {
-            if (!v[j].src || v[j].d != d) continue;
-            r[n++] = {(char *)(uintptr_t)(pools[v[j].h.pool].base + v[j].h.off), (const char *)v[j].src, v[j].h.len};
-            if (n == NM_COPYV_MAX) issue();
-        }
-        issue();
+        std::vector<nm_copyv_region_t> r;
+        for (size_t j = i; j < v.size(); j++)
+            if (v[j].src && v[j].d == d)
+                r.push_back({(char *)(uintptr_t)(pools[v[j].h.pool].base + v[j].h.off), (const char *)v[j].src, v[j].h.len});
+        const bool ok = copy_regions(d->ctx, r.data(), r.size(), s) == CUDA_SUCCESS;
         CUevent ev = ok ? ev_get(d) : nullptr;
         if (ev && cu.cuEventRecord(ev, s) != CUDA_SUCCESS) {
             ev_put(d, ev);

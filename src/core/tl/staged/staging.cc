@@ -358,14 +358,7 @@ bool stage_pull_async(void *dst, CUdeviceptr src, size_t n, CUstream stream)
 static void pulls_launch(PullBatch *b)
 {
     Lane *l = b->lane;
-    bool ok = true;
-    for (size_t i = 0; i < b->r.size() && ok; i += NM_COPYV_MAX) {
-        const int n = (int)std::min<size_t>(NM_COPYV_MAX, b->r.size() - i);
-        if (copyv_launch(l->dev->ctx, &b->r[i], n, l->stream) != CUDA_SUCCESS)  // (no kernel: one copy each)
-            for (int k = 0; k < n && ok; k++)
-                ok = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)b->r[i + k].dst, (CUdeviceptr)(uintptr_t)b->r[i + k].src,
-                                      b->r[i + k].bytes, l->stream) == CUDA_SUCCESS;
-    }
+    bool ok = copy_regions(l->dev->ctx, b->r.data(), b->r.size(), l->stream) == CUDA_SUCCESS;
     b->issued = true;
     if (l->open == b) l->open = nullptr;
     if (ok && (b->ev = ev_get(l->dev)) && cu.cuEventRecord(b->ev, l->stream) == CUDA_SUCCESS) return;
