@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "core/comm/comm_state.h"
@@ -337,8 +338,9 @@ static int envelope_recv(nm_op_t *o, Stage *s, int *rc)
 enum Enter { ENTER_PMPI = 0, ENTER_DONE = 1, ENTER_REAL = 2 };
 
 // NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (DONE, *rc its result); a host receive
-// may get one, so real_done() decodes what it got (REAL)
-int envelope_host(nm_op_t *o, int *rc)
+// may get one, so real_done() decodes what it got (REAL). scratch: room for a Decode in the
+// caller's frame, used by a blocking receive (no allocation).
+int envelope_host(nm_op_t *o, int *rc, void *scratch = nullptr)
 {
     if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) {
         if (env_send(o, rc)) return ENTER_DONE;
@@ -348,10 +350,12 @@ int envelope_host(nm_op_t *o, int *rc)
     if (envelope_recv(o, nullptr, rc)) return ENTER_DONE;
     if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && !env_comm(o->comm))) return ENTER_PMPI;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
-    Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
+    const bool here = scratch && !(o->flags & NM_OPF_NB);
+    const Decode init{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
+    Decode *d = here ? new (scratch) Decode(init) : new Decode(init);
     if (!(o->flags & NM_OPF_NB) && o->status == MPI_STATUS_IGNORE) o->status = &d->status;
     o->stage = reinterpret_cast<struct nm_stage *>(d);
-    o->flags |= NM_OPF_DECODE;
+    o->flags |= NM_OPF_DECODE | (here ? NM_OPF_DECODE_CALLER : 0);
     return ENTER_REAL;
 }
 
@@ -399,8 +403,8 @@ static bool keeps_queued_envelopes(const nm_op_t *o)
            (o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV || env_send_defers(o));
 }
 
-// nm_enter without the core's own call of the real MPI: an Enter
-static int enter(nm_op_t *o, int *rc)
+// nm_enter without the core's own call of the real MPI: an Enter (scratch: envelope_host's)
+static int enter(nm_op_t *o, int *rc, void *scratch)
 {
     if (depth || nm_cfg.DISABLE) return ENTER_PMPI;
     const bool coll = nm_opkind_is_coll(o->kind);
@@ -423,7 +427,7 @@ static int enter(nm_op_t *o, int *rc)
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
         NM_COUNT_ROUTE(o->fn, NCCLMPI_ROUTE_HOST);
-        return envelope_host(o, rc);
+        return envelope_host(o, rc, scratch);
     }
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
@@ -485,7 +489,7 @@ static int enter(nm_op_t *o, int *rc)
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
         if (NM_UNLIKELY(env_on())) {
-            const int e = envelope_host(o, rc);
+            const int e = envelope_host(o, rc, scratch);
             return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
         }
         return op_replaced ? ENTER_REAL : ENTER_PMPI;
@@ -553,10 +557,15 @@ int real_done(nm_op_t *o, int rc)
     if (!(o->flags & (NM_OPF_DECODE | NM_OPF_STAGED))) return rc;  // (an op replaced, nothing else)
     if (o->flags & NM_OPF_DECODE) {  // a host receive that may have got an envelope
         Decode *d = reinterpret_cast<Decode *>(o->stage);
-        o->flags &= ~NM_OPF_DECODE;
+        const bool caller = o->flags & NM_OPF_DECODE_CALLER;  // (in nm_enter's frame: not freed)
+        auto drop = [caller](Decode *x) {
+            if (caller) x->~Decode();
+            else delete x;
+        };
+        o->flags &= ~(NM_OPF_DECODE | NM_OPF_DECODE_CALLER);
         o->stage = nullptr;
         if (rc != MPI_SUCCESS) {
-            delete d;
+            drop(d);
             return rc;
         }
         DepthGuard dg;
@@ -567,7 +576,7 @@ int real_done(nm_op_t *o, int rc)
             return t->publish(o->req);
         }
         rc = env_finish(*d, o->status);
-        delete d;
+        drop(d);
         // (MPI_Mrecv: the message's communicator is not known here; the code is returned)
         if (rc != MPI_SUCCESS && o->comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(o->comm, rc);
         return rc;
@@ -597,7 +606,8 @@ int real_done(nm_op_t *o, int rc)
 
 extern "C" int nm_enter(nm_op_t *o, int *rc)
 {
-    const int e = enter(o, rc);
+    alignas(Decode) unsigned char scratch[sizeof(Decode)];  // a blocking receive's decoding state
+    const int e = enter(o, rc, scratch);
     if (NM_LIKELY(e != ENTER_REAL)) return e;
     // the real MPI at depth 0, as the wrapper's own call would be (a user op or error handler
     // that calls MPI inside it is seen as usual), then the copy back or the decode; a blocking

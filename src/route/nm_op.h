@@ -88,6 +88,7 @@ enum {
     NM_OPF_INPLACE = 1u << 2, /* MPI_IN_PLACE was given */
     NM_OPF_STAGED = 1u << 3,  /* buffers were swapped for host shadows, copied back after the real call */
     NM_OPF_DECODE = 1u << 4,  /* a receive that may get an envelope (core/tl/p2p/envelope.h) */
+    NM_OPF_DECODE_CALLER = 1u << 5, /* with NM_OPF_DECODE: its decoding state lives in the caller's frame */
 };
 
 struct nm_stage;

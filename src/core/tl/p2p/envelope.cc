@@ -690,6 +690,8 @@ static int deliver(Entry &e, void *buf, int count, MPI_Datatype type, MPI_Comm c
 int env_finish(const Decode &d, MPI_Status *st)
 {
     if (!nm_env_active || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
+    MPI_Count got = MPI_UNDEFINED;  // (most messages are not of the envelope's size: nothing more to do)
+    if (!d.has_preset && (PMPI_Get_elements_x(st, MPI_BYTE, &got) != MPI_SUCCESS || got != NM_ENV_WIRE)) return MPI_SUCCESS;
     const DtypeInfo *di = dtype_info(d.type);
     if (!di || d.count <= 0) return MPI_SUCCESS;
     MPI_Aint lo = 0, hi = 0;
