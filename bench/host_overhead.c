@@ -29,9 +29,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { K_ALLREDUCE, K_SEND, K_TEST, K_IPROBE, K_WAIT, K_SENDRECV, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"allreduce", "send", "test", "iprobe", "wait", "sendrecv"};
-static const char *const kind_fn[K_COUNT] = {"Allreduce", "Send", "Test", "Iprobe", "Wait", "Sendrecv"};
+enum { K_ALLREDUCE, K_SEND, K_TEST, K_IPROBE, K_WAIT, K_SENDRECV, K_IRECV, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "send", "test", "iprobe", "wait", "sendrecv", "irecv"};
+static const char *const kind_fn[K_COUNT] = {"Allreduce", "Send", "Test", "Iprobe", "Wait", "Sendrecv", "Irecv"};
 
 /* the layout of ncclmpi_stats_t (include/ncclmpi.h), repeated so the program needs no ncclmpi */
 typedef struct {
@@ -75,6 +75,15 @@ __attribute__((noinline)) void hb_loop(int kind, long n)
             if (MPI_Sendrecv(&in, 1, MPI_INT, 0, 0, &out, 1, MPI_INT, 0, 0, MPI_COMM_SELF, MPI_STATUS_IGNORE) != MPI_SUCCESS)
                 hb_errors++;
         break;
+    case K_IRECV: /* MPI_Irecv from the rank itself, MPI_Send to it, MPI_Wait: the three calls */
+        for (long i = 0; i < n; i++) {
+            out = 0;
+            if (MPI_Irecv(&out, 1, MPI_INT, 0, 0, MPI_COMM_SELF, &req) != MPI_SUCCESS ||
+                MPI_Send(&in, 1, MPI_INT, 0, 0, MPI_COMM_SELF) != MPI_SUCCESS || MPI_Wait(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+                out != 1)
+                hb_errors++;
+        }
+        break;
     }
     if ((kind == K_ALLREDUCE || kind == K_SENDRECV) && n > 0 && out != 1) hb_errors++;
 }
@@ -88,7 +97,7 @@ static double now_ns(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: host_overhead N [allreduce|send|test|iprobe|wait|all] [--time]\n");
+    fprintf(stderr, "usage: host_overhead N [allreduce|send|test|iprobe|wait|sendrecv|irecv|all] [--time]\n");
     exit(2);
 }
 
