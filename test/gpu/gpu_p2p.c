@@ -17,7 +17,9 @@
  * message's sequence number within its (source, tag)), nothing written past the count, the
  * non-overtaking order per (source, tag) in the order receives were posted, every message received
  * once, truncation reported as MPI_ERR_TRUNCATE, cancellation as cancelled. Errors are returned
- * (MPI_ERRORS_RETURN on the test's communicator). --host: the same on malloc buffers (label mpi).
+ * (MPI_ERRORS_RETURN on the test's communicator). After the rounds, an all-to-all by
+ * point-to-point whose messages (64 KiB and 1 MiB, from device memory) are sent long before their
+ * receives are posted (a barrier between). --host: the same on malloc buffers (label mpi).
  */
 #include "gpu_common.h"
 #include <stdarg.h>
@@ -415,6 +417,52 @@ int main(int argc, char **argv)
             }
         }
         MPI_Barrier(c);
+    }
+    /* an all-to-all by point-to-point whose messages arrive long before their receives: every
+     * rank sends to every rank (itself included) from device memory (malloc with --host), 64 KiB
+     * and 1 MiB in turn, then a barrier (the sends stay outstanding), then the receives, posted
+     * in reverse order of source, into every kind of buffer, and one MPI_Waitall for all */
+    {
+        const int kinds[3] = {MK_DEV, MK_MALLOC, MK_PINNED};
+        MPI_Request *q = malloc(sizeof(MPI_Request) * 2 * size);
+        void **sb = malloc(sizeof(void *) * size);
+        rbuf_t *rb = malloc(sizeof(rbuf_t) * size);
+        for (int p = 0; p < size; p++) {
+            const size_t n = (size_t)((rank + p) % 2 ? 1u << 20 : 64u << 10);
+            const int kind = host_mode ? MK_MALLOC : MK_DEV;
+            unsigned char *h = malloc(n);
+            for (size_t k = 0; k < n; k++) h[k] = pattern(rank, p, 9, 0, k);
+            sb[p] = mk_alloc(kind, n);
+            put_bytes(kind, sb[p], h, n);
+            free(h);
+            if (MPI_Isend(sb[p], (int)n, MPI_BYTE, p, 9, c, &q[size + p]) != MPI_SUCCESS) fail("all-to-all: MPI_Isend to %d failed", p);
+        }
+        MPI_Barrier(c);
+        for (int p = size - 1; p >= 0; p--) {
+            const size_t n = (size_t)((rank + p) % 2 ? 1u << 20 : 64u << 10);
+            rb[p] = rb_new(host_mode ? MK_MALLOC : kinds[p % 3], n);
+            if (MPI_Irecv(rb_ptr(&rb[p]), (int)n, MPI_BYTE, p, 9, c, &q[p]) != MPI_SUCCESS) fail("all-to-all: MPI_Irecv from %d failed", p);
+        }
+        MPI_Status *st = malloc(sizeof(MPI_Status) * 2 * size);
+        if (MPI_Waitall(2 * size, q, st) != MPI_SUCCESS) fail("all-to-all: MPI_Waitall failed");
+        for (int p = 0; p < size; p++) {
+            const size_t n = (size_t)((rank + p) % 2 ? 1u << 20 : 64u << 10);
+            int count = -1;
+            MPI_Get_count(&st[p], MPI_BYTE, &count);
+            if (st[p].MPI_SOURCE != p || st[p].MPI_TAG != 9 || count != (int)n)
+                fail("all-to-all: the message from %d: source %d tag %d count %d (want %zu)", p, st[p].MPI_SOURCE, st[p].MPI_TAG,
+                     count, n);
+            /* pattern(src, dst = this rank, tag, seq, i): the sender filled pattern(itself, us, 9, 0, i) */
+            rb_check(&rb[p], p, 9, 0, n, "all-to-all message received long after it was sent");
+            rb_free(&rb[p]);
+            mk_free(host_mode ? MK_MALLOC : MK_DEV, sb[p]);
+        }
+        nmsg += size;
+        if (!host_mode) ndev += size;
+        free(st);
+        free(rb);
+        free(sb);
+        free(q);
     }
     long tot[3] = {nmsg, ndev, failures}, sum[3];
     MPI_Allreduce(tot, sum, 3, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
