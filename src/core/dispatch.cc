@@ -311,6 +311,16 @@ Op *make_op(const nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, in
 int envelope_recv_init(nm_op_t *o, Stage *s, int *rc)
 {
     if (!(o->flags & NM_OPF_PERS) || o->kind != NM_OPK_RECV || o->rpeer == MPI_PROC_NULL || !env_comm(o->comm)) return 0;
+    // the real MPI checks the arguments first, on the application's communicator: its error
+    // handler reports a bad one, once, as without ncclmpi (ncclmpi's own request lives on a
+    // private communicator); the check's request is never started
+    MPI_Request check = MPI_REQUEST_NULL;
+    if ((*rc = PMPI_Recv_init(o->rbuf, o->rcount, o->rtype, o->rpeer, o->rtag, o->comm, &check)) != MPI_SUCCESS) {
+        if (s) stage_release(s);
+        o->flags &= ~NM_OPF_STAGED;
+        return 1;
+    }
+    PMPI_Request_free(&check);
     o->flags &= ~NM_OPF_STAGED;  // no copy back after the call: the shadows belong to the request
     *rc = pers_recv_init_envelope(o, s, o->rbuf);
     if (*rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, *rc);

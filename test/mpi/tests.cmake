@@ -26,6 +26,15 @@ foreach(prog IN LISTS NM_MPI_PROGRAMS)
   set_tests_properties(mpi_${prog}_np3_preload_slowpath PROPERTIES LABELS "mpi" TIMEOUT 120)
 endforeach()
 
+# The same programs with NCCLMPI_P2P_ENVELOPE=device in processes without CUDA: every receive
+# and probe goes through ncclmpi, which must change nothing the programs see (errors raised on
+# the application's communicator, by its handler, included)
+foreach(prog IN LISTS NM_MPI_PROGRAMS)
+  add_test(mpi_${prog}_np3_preload_envelope "${RUN}" 3 preload "${B}/test/mpi/${prog}" --ncclmpi=require)
+  set_tests_properties(mpi_${prog}_np3_preload_envelope PROPERTIES LABELS "mpi" TIMEOUT 120
+                       ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device")
+endforeach()
+
 # No NCCL or CUDA library is ever mapped into a host-only program, with the default settings
 # and with the settings that do more at MPI_Init and per call.
 foreach(np 1 2 3 4)
