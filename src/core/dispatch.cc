@@ -327,11 +327,7 @@ int envelope_recv_init(nm_op_t *o, Stage *s, int *rc)
     return 1;
 }
 
-static bool receives(const nm_op_t *o)
-{
-    return o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV || o->kind == NM_OPK_SENDRECV ||
-           o->kind == NM_OPK_SENDRECV_REPLACE;
-}
+static bool receives(const nm_op_t *o) { return (nm_opk(o->kind) & NM_KF_RECV) != 0; }
 
 // NCCLMPI_P2P_ENVELOPE, a receive (host memory, or the shadows of stage s): a persistent one is
 // ncclmpi's; one that a message a probe took out of matching satisfies gets it now (1 with *rc:

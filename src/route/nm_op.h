@@ -32,6 +32,7 @@ enum {
     NM_KF_NEIGH = 1u << 8,  /* neighbourhood collective: one block per neighbour of the topology
                                (not NM_KF_COLL: device buffers are staged, host ones go to the real
                                MPI, so every rank's route ends in the same real-MPI call) */
+    NM_KF_RECV = 1u << 9,   /* receives a point-to-point message (which may be an envelope) */
 };
 
 /*   X(KIND, name, facts) */
@@ -60,10 +61,10 @@ enum {
     X(NEIGHBOR_ALLTOALLV, neighbor_alltoallv, NM_KF_NEIGH | NM_KF_V)                          \
     X(NEIGHBOR_ALLTOALLW, neighbor_alltoallw, NM_KF_NEIGH | NM_KF_V)                          \
     X(SEND, send, NM_KF_P2P)                                                                  \
-    X(RECV, recv, NM_KF_P2P)                                                                  \
-    X(SENDRECV, sendrecv, NM_KF_P2P)                                                          \
-    X(SENDRECV_REPLACE, sendrecv_replace, NM_KF_P2P)                                          \
-    X(MRECV, mrecv, NM_KF_P2P)                                                                \
+    X(RECV, recv, NM_KF_P2P | NM_KF_RECV)                                                     \
+    X(SENDRECV, sendrecv, NM_KF_P2P | NM_KF_RECV)                                             \
+    X(SENDRECV_REPLACE, sendrecv_replace, NM_KF_P2P | NM_KF_RECV)                             \
+    X(MRECV, mrecv, NM_KF_P2P | NM_KF_RECV)                                                   \
     X(PROBE, probe, 0)                                                                        \
     X(START, start, 0)                                                                        \
     X(WAIT, wait, 0)                                                                          \

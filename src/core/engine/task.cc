@@ -326,7 +326,7 @@ void tasks_progress()
         else pending[keep++] = t;
     }
     pending.resize(keep);
-    stage_pulls_issue();  // the envelope payloads this sweep pulls, in one launch
+    if (env_on()) stage_pulls_issue();  // the envelope payloads this sweep pulls, in one launch
     if (!retired.empty()) tasks_reap();
     pers_progress();
     env_progress();

@@ -448,18 +448,16 @@ static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferr
         DeviceGuard dg(d->ctx);
         CUevent last = nullptr;  // the latest point (the list is in the order the points were recorded)
         bool all_ord = true;
+        std::vector<nm_copyv_region_t> r;
         for (size_t j = i; j < v.size(); j++)
             if (v[j].src && v[j].d == d) {
                 last = v[j].ord;
                 all_ord = all_ord && v[j].ord;
+                r.push_back({(char *)(uintptr_t)(pools[v[j].h.pool].base + v[j].h.off), (const char *)v[j].src, v[j].h.len});
             }
         Lane *l = lane_get(d);
         CUstream s = CU_STREAM_LEGACY;  // (no point recorded: after everything, as a last resort)
         if (l && all_ord && cu.cuStreamWaitEvent(l->stream, last, 0) == CUDA_SUCCESS) s = l->stream;
-        std::vector<nm_copyv_region_t> r;
-        for (size_t j = i; j < v.size(); j++)
-            if (v[j].src && v[j].d == d)
-                r.push_back({(char *)(uintptr_t)(pools[v[j].h.pool].base + v[j].h.off), (const char *)v[j].src, v[j].h.len});
         const bool ok = copy_regions(d->ctx, r.data(), r.size(), s) == CUDA_SUCCESS;
         CUevent ev = ok ? ev_get(d) : nullptr;
         if (ev && cu.cuEventRecord(ev, s) != CUDA_SUCCESS) {
@@ -493,8 +491,8 @@ void env_flush_sends()
     std::vector<std::pair<Device *, CUevent>> batches;
     bool issued = false;
     CUevent waited = nullptr;  // a batch's event, waited for once
-    for (Deferred &x : v) {  // the copies ran one after another on the legacy stream: the first
-        CUresult r = CUDA_SUCCESS;  // wait is the only long one
+    for (Deferred &x : v) {  // (the copies at the calls ran in call order on the legacy stream, a
+        CUresult r = CUDA_SUCCESS;  // batch after them: the first wait is the only long one)
         if (x.src && !issued) {
             batches = copy_batched(v);
             issued = true;

@@ -231,7 +231,6 @@ struct PullBatch {
     std::atomic<int> st{NM_OK};
     std::atomic<int> refs{0};
 };
-static thread_local uint64_t pulls_queued = 0;  // how many this thread queued (stage_finish_begin asks)
 
 // Events that mark the end of a copy, per device (a copy may end on another thread)
 static std::mutex ev_mu;
@@ -350,7 +349,6 @@ bool stage_pull_async(void *dst, CUdeviceptr src, size_t n, CUstream stream)
         l->open->lane = l;
     }
     l->open->r.push_back({(char *)dst, (const char *)(uintptr_t)src, n});
-    pulls_queued++;
     return true;
 }
 
@@ -384,7 +382,10 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
     DeviceGuard g(s->dev->ctx);
     Lane *l = s->lane;  // lanes live as long as the process
     if (!l) return NM_ERR_CUDA;
-    const uint64_t queued_before = pulls_queued;
+    // its pulls join the lane's open batch when the lane is this thread's (stage_pull_async)
+    auto it = lanes.find(s->dev->ordinal);
+    PullBatch *const *open = it != lanes.end() && it->second == l ? &l->open : nullptr;
+    const size_t queued_before = open && *open ? (*open)->r.size() : 0;
     nm_status_t st = NM_OK;
     bool copied = false, truncated = false;
     // an envelope received into a non-contiguous buffer: its payload into the shadow, through the
@@ -419,7 +420,7 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
         }
     }
     if (st == NM_OK && truncated) st = NM_ERR_TRUNCATE;
-    if (pulls_queued != queued_before && l->open) {  // done with the lane's batch (after its other copies)
+    if (open && *open && (*open)->r.size() > queued_before) {  // done with the lane's batch (after its other copies)
         s->batch = l->open;
         s->batch->refs.fetch_add(1, std::memory_order_relaxed);
         s->fin = st;
