@@ -575,11 +575,9 @@ int real_done(nm_op_t *o, int rc)
             return rc;
         }
         DepthGuard dg;
-        if (o->flags & NM_OPF_NB) {  // decoded when the real MPI's request completes
-            Task *t = Task::get(o);
-            t->set_inner(*o->req, nullptr);
-            t->set_decode(d);
-            return t->publish(o->req);
+        if (o->flags & NM_OPF_NB) {  // decoded by the Wait or Test that completes the real MPI's request
+            pers_watch_decode(*o->req, d, o->comm);
+            return rc;
         }
         rc = env_finish(*d, o->status);
         drop(d);

@@ -6,7 +6,11 @@
  *   - MPI_Mprobe/MPI_Mrecv and MPI_Improbe/MPI_Imrecv of envelopes and of raw messages behind them;
  *   - truncation of an envelope's payload (MPI_ERR_TRUNCATE, MPI_ERRORS_RETURN);
  *   - a non-contiguous receive datatype getting an envelope;
- *   - persistent receives of messages a probe took out of matching, and restarted on envelopes.
+ *   - persistent receives of messages a probe took out of matching, and restarted on envelopes;
+ *   - nonblocking receives of envelopes (their requests are the real MPI's, decoded when they
+ *     complete): MPI_Request_get_status before MPI_Wait, MPI_Request_free while active,
+ *     MPI_Waitany and MPI_Testsome without statuses, a truncation in MPI_Waitall
+ *     (MPI_ERR_IN_STATUS), MPI_Cancel of an unmatched one.
  * Every message's bytes and status are checked. Runs without envelopes too (plain MPI semantics).
  */
 #include <mpi.h>
@@ -87,6 +91,16 @@ int main(int argc, char **argv)
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
         fill(a, BIG, 12);
         for (int k = 0; k < 3; k++) MPI_Send(a, BIG, MPI_INT, 1, 12, c); /* a persistent receive restarted */
+        /* 8. for nonblocking receives: tags 13..20 (15: one int, after 14) */
+        int *nb[8];
+        nq = 0;
+        for (int k = 0; k < 8; k++) {
+            nb[k] = malloc(BIG * sizeof(int));
+            fill(nb[k], BIG, 13 + k);
+            MPI_Isend(nb[k], 13 + k == 15 ? 1 : BIG, MPI_INT, 1, 13 + k, c, &q[nq++]);
+        }
+        MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
+        for (int k = 0; k < 8; k++) free(nb[k]);
         for (int k = 0; k < 6; k++) free(bufs[k]);
     } else if (size >= 2 && rank == 1) {
         /* 1a. Probe of a raw message of the envelope's size: its size, then its bytes */
@@ -174,6 +188,69 @@ int main(int argc, char **argv)
                   "persistent receive %d: tag %d count %d", k, st.MPI_TAG, count_of(&st, MPI_INT));
         }
         MPI_Request_free(&pr);
+        /* 8a. MPI_Request_get_status finds it complete (the payload is there), then MPI_Wait */
+        MPI_Request r[3];
+        memset(b, 0, BIG * sizeof(int));
+        MPI_Irecv(b, BIG, MPI_INT, 0, 13, c, &r[0]);
+        for (flag = 0; !flag;) MPI_Request_get_status(r[0], &flag, &st);
+        CHECK(st.MPI_TAG == 13 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 13) < 0,
+              "Request_get_status of an envelope: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        MPI_Wait(&r[0], &st);
+        CHECK(r[0] == MPI_REQUEST_NULL && st.MPI_TAG == 13 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 13) < 0,
+              "Wait after Request_get_status: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        /* 8b. freed while active: the payload arrives all the same (learnt by a later message,
+         * then by testing until it is there, as MPI lets a freed receive complete later) */
+        int *f = calloc(BIG, sizeof(int)), one = 0;
+        MPI_Irecv(f, BIG, MPI_INT, 0, 14, c, &r[0]);
+        MPI_Request_free(&r[0]);
+        CHECK(r[0] == MPI_REQUEST_NULL, "Request_free left the handle");
+        MPI_Recv(&one, 1, MPI_INT, 0, 15, c, &st);
+        const double t0 = MPI_Wtime();
+        while (check_ints(f, BIG, 14) >= 0 && MPI_Wtime() - t0 < 10) {
+            MPI_Request none = MPI_REQUEST_NULL;
+            MPI_Test(&none, &flag, MPI_STATUS_IGNORE);
+            MPI_Iprobe(0, 999, c, &flag, MPI_STATUS_IGNORE); /* (a test of a null request may not progress) */
+        }
+        CHECK(check_ints(f, BIG, 14) < 0, "a receive freed while active: element %d", check_ints(f, BIG, 14));
+        free(f);
+        /* 8c. MPI_Waitany, then MPI_Testsome, without statuses */
+        int *g[3], idx = -1, out = 0, left = 3;
+        for (int k = 0; k < 3; k++) {
+            g[k] = calloc(BIG, sizeof(int));
+            MPI_Irecv(g[k], BIG, MPI_INT, 0, 16 + k, c, &r[k]);
+        }
+        MPI_Waitany(3, r, &idx, MPI_STATUS_IGNORE);
+        CHECK(idx >= 0 && idx < 3 && r[idx] == MPI_REQUEST_NULL && check_ints(g[idx], BIG, 16 + idx) < 0, "Waitany: index %d", idx);
+        left--;
+        while (left > 0) {
+            int ids[3];
+            MPI_Testsome(3, r, &out, ids, MPI_STATUSES_IGNORE);
+            if (out != MPI_UNDEFINED) left -= out;
+        }
+        for (int k = 0; k < 3; k++)
+            CHECK(r[k] == MPI_REQUEST_NULL && check_ints(g[k], BIG, 16 + k) < 0, "Testsome: receive %d element %d", k,
+                  check_ints(g[k], BIG, 16 + k));
+        /* 8d. a payload too large for its receive, next to one that fits: MPI_Waitall reports
+         * MPI_ERR_IN_STATUS, the truncation in the first one's status */
+        MPI_Status sts[2];
+        memset(g[0], 0, BIG * sizeof(int));
+        MPI_Irecv(b, 1000, MPI_INT, 0, 19, c, &r[0]);
+        MPI_Irecv(g[0], BIG, MPI_INT, 0, 20, c, &r[1]);
+        rc = MPI_Waitall(2, r, sts);
+        int c0 = -1, c1 = -1;
+        MPI_Error_class(sts[0].MPI_ERROR, &c0);
+        MPI_Error_class(sts[1].MPI_ERROR, &c1);
+        if (c1 == MPI_ERR_PENDING) MPI_Wait(&r[1], &sts[1]); /* (Open MPI stops at the first failure) */
+        CHECK(rc == MPI_ERR_IN_STATUS && c0 == MPI_ERR_TRUNCATE && (c1 == MPI_SUCCESS || c1 == MPI_ERR_PENDING) &&
+              check_ints(g[0], BIG, 20) < 0 && count_of(&sts[1], MPI_INT) == BIG,
+              "Waitall with a truncated envelope: rc %d, classes %d %d, count %d, element %d", rc, c0, c1, count_of(&sts[1], MPI_INT), check_ints(g[0], BIG, 20));
+        for (int k = 0; k < 3; k++) free(g[k]);
+        /* 8e. cancelled before any message matched it */
+        MPI_Irecv(b, BIG, MPI_INT, 0, 99, c, &r[0]);
+        MPI_Cancel(&r[0]);
+        MPI_Wait(&r[0], &st);
+        MPI_Test_cancelled(&st, &flag);
+        CHECK(flag, "a cancelled receive is not reported cancelled");
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -283,11 +283,15 @@ struct Background {
 };
 static std::mutex background_mu;
 static std::vector<Background> background;
+// background's and orphan_carriers' entries (below), read without their locks: most progress
+// calls find neither
+static std::atomic<int> leftovers{0};
 
 static void to_background(MPI_Comm hidden, std::vector<Round *> rounds)
 {
     std::lock_guard<std::mutex> g(background_mu);
     background.push_back(Background{hidden, std::move(rounds)});
+    leftovers.fetch_add(1, std::memory_order_relaxed);
 }
 
 static void rounds_reap(std::vector<Round *> &v)
@@ -687,6 +691,7 @@ void op_finish(Op *op, bool failed)
         if (!flag) {
             std::lock_guard<std::mutex> g(carrier_mu);
             orphan_carriers.push_back(op->carrier);
+            leftovers.fetch_add(1, std::memory_order_relaxed);
         }
         op->carrier = MPI_REQUEST_NULL;
     }
@@ -712,6 +717,7 @@ void op_finish(Op *op, bool failed)
 
 void engine_progress()
 {
+    if (!leftovers.load(std::memory_order_relaxed)) return;
     {
         std::unique_lock<std::mutex> g(background_mu, std::try_to_lock);
         for (size_t i = 0; g.owns_lock() && i < background.size();) {
@@ -720,6 +726,7 @@ void engine_progress()
                 if (background[i].hidden != MPI_COMM_NULL) PMPI_Comm_free(&background[i].hidden);
                 background[i] = std::move(background.back());
                 background.pop_back();
+                leftovers.fetch_sub(1, std::memory_order_relaxed);
             } else {
                 i++;
             }
@@ -732,6 +739,7 @@ void engine_progress()
         if (flag) {
             orphan_carriers[i] = orphan_carriers.back();
             orphan_carriers.pop_back();
+            leftovers.fetch_sub(1, std::memory_order_relaxed);
         } else {
             i++;
         }
@@ -749,6 +757,7 @@ void engine_drain()
         }
         if (b.hidden != MPI_COMM_NULL) PMPI_Comm_free(&b.hidden);
     }
+    leftovers.fetch_sub((int)background.size(), std::memory_order_relaxed);
     background.clear();
 }
 

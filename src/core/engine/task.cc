@@ -111,8 +111,6 @@ Task *Task::get(const nm_op_t *o)
 void Task::recycle()
 {
     if (stage_) stage_release(stage_);
-    delete decode_;
-    decode_ = nullptr;
     fn_ = kind_ = 0;
     comm_ = MPI_COMM_NULL;
     op_ = nullptr;
@@ -250,7 +248,6 @@ bool Task::poll(uint64_t sweep)
         }
         rc = stage_rc(st);
     }
-    if (rc == MPI_SUCCESS && decode_ && !cancelled) rc = env_finish(*decode_, &inner_status_);
     complete(rc);
     return true;
 }
@@ -504,36 +501,49 @@ static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *st
     return MPI_ERR_IN_STATUS;
 }
 
-// Staged persistent requests among a completion call's (persistent.h): statuses of our own where
-// the caller ignores them (a receive gets back the bytes its status counts); done() runs the
-// copies back of the completed ones, by their handles before the call (the Reporting's): m of
-// them at indices idx (all when idx is null); a failed copy becomes the call's error.
+// Requests of persistent.h's table among a completion call's (staged persistent requests, host
+// receives that may get an envelope): statuses of our own where the caller ignores them (a receive
+// gets back the bytes its status counts; a decoding needs the message's size); done() runs the
+// copies back and the decodings of the completed ones, by their handles before the call (the
+// Reporting's): m of them at indices idx (all when idx is null); a failed one becomes the call's
+// error (in a form that completes several, MPI_ERR_IN_STATUS, the code in its status).
 class PersScope {
   public:
-    PersScope(const Reporting &r, int n, const MPI_Request *reqs) : r_(r), n_(n), any_(pers_owns(n, reqs)) {}
+    PersScope(const Reporting &r, int n, const MPI_Request *reqs, bool many)
+        : r_(r), n_(n), after_(reqs), any_(pers_owns(n, reqs)), many_(many)
+    {
+    }
     MPI_Status *statuses(MPI_Status *user, int n)
     {
-        if (!any_ || user != MPI_STATUSES_IGNORE) return user;
-        own_.resize(n > 0 ? n : 1);
+        if (!any_ || (user != MPI_STATUSES_IGNORE && user != MPI_STATUS_IGNORE)) return user;
+        if (n <= (int)(sizeof(small_) / sizeof(small_[0]))) return small_;
+        own_.resize(n);
         return own_.data();
     }
     int done(int rc, int m, const int *idx, MPI_Status *sts)
     {
-        if (!any_ || (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || m == MPI_UNDEFINED) return rc;
+        if (!any_ || m == MPI_UNDEFINED) return rc;
+        const bool call_failed = rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS;
+        int first = MPI_SUCCESS;
         for (int k = 0; k < m; k++) {
             const int i = idx ? idx[k] : k;
             if (i < 0 || i >= n_) continue;
-            if (rc == MPI_ERR_IN_STATUS && sts[k].MPI_ERROR != MPI_SUCCESS) continue;  // failed or pending
-            int e = pers_completed(r_.before(i), &sts[k]);
-            if (e != MPI_SUCCESS && rc == MPI_SUCCESS) rc = e;
+            const bool failed = call_failed || (rc == MPI_ERR_IN_STATUS && sts[k].MPI_ERROR != MPI_SUCCESS);
+            const int e = pers_completed(r_.before(i), failed ? nullptr : &sts[k], after_[i] == MPI_REQUEST_NULL);
+            if (many_ && !failed) sts[k].MPI_ERROR = e;  // (read only when the call fails)
+            if (first == MPI_SUCCESS) first = e;
         }
-        return rc;
+        if (first == MPI_SUCCESS || rc != MPI_SUCCESS) return rc;
+        return many_ ? MPI_ERR_IN_STATUS : first;
     }
 
   private:
     const Reporting &r_;
     int n_;
+    const MPI_Request *after_;  // the caller's array, as the real MPI left it
     bool any_;
+    bool many_;  // MPI_Waitall/some, MPI_Testall/some
+    MPI_Status small_[8];
     std::vector<MPI_Status> own_;
 };
 
@@ -542,7 +552,7 @@ extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
     if (int e = open_group_error(1, req, "Wait")) return e;
     flush_for_wait(1, req, true);
     Reporting r(1, req);
-    PersScope ps(r, 1, req);
+    PersScope ps(r, 1, req, false);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = wait_loop("Wait", [&](int *d) { return PMPI_Test(req, d, st); });
     return report_one(r, 0, status, ps.done(rc, 1, nullptr, st));
@@ -553,7 +563,7 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
     if (int e = open_group_error(n, reqs, "Waitall")) return e;
     flush_for_wait(n, reqs, true);
     Reporting r(n, reqs);
-    PersScope ps(r, n, reqs);
+    PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = wait_loop("Waitall", [&](int *d) { return PMPI_Testall(n, reqs, d, st); });
     return report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st));
@@ -564,7 +574,7 @@ extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *
     if (int e = open_group_error(n, reqs, "Waitany")) return e;
     flush_for_wait(n, reqs, false);
     Reporting r(n, reqs);
-    PersScope ps(r, n, reqs);
+    PersScope ps(r, n, reqs, false);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = wait_loop("Waitany", [&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
     if (*idx != MPI_UNDEFINED) rc = ps.done(rc, 1, idx, st);
@@ -576,7 +586,7 @@ extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[],
     if (int e = open_group_error(n, reqs, "Waitsome")) return e;
     flush_for_wait(n, reqs, false);
     Reporting r(n, reqs);
-    PersScope ps(r, n, reqs);
+    PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = wait_loop("Waitsome", [&](int *d) {
         int rc = PMPI_Testsome(n, reqs, outc, idx, st);
@@ -592,7 +602,7 @@ extern "C" int nm_wait_test(MPI_Request *req, int *flag, MPI_Status *status)
     if (int e = open_group_error(1, req, "Test")) return e;
     nm_progress();
     Reporting r(1, req);
-    PersScope ps(r, 1, req);
+    PersScope ps(r, 1, req, false);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = PMPI_Test(req, flag, st);
     return *flag ? report_one(r, 0, status, ps.done(rc, 1, nullptr, st)) : rc;
@@ -603,7 +613,7 @@ extern "C" int nm_wait_testall(int n, MPI_Request reqs[], int *flag, MPI_Status 
     if (int e = open_group_error(n, reqs, "Testall")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    PersScope ps(r, n, reqs);
+    PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = PMPI_Testall(n, reqs, flag, st);
     return *flag ? report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st)) : rc;
@@ -614,7 +624,7 @@ extern "C" int nm_wait_testany(int n, MPI_Request reqs[], int *idx, int *flag, M
     if (int e = open_group_error(n, reqs, "Testany")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    PersScope ps(r, n, reqs);
+    PersScope ps(r, n, reqs, false);
     MPI_Status *st = ps.statuses(status, 1);
     int rc = PMPI_Testany(n, reqs, idx, flag, st);
     return *flag && *idx != MPI_UNDEFINED ? report_one(r, *idx, status, ps.done(rc, 1, idx, st)) : rc;
@@ -625,7 +635,7 @@ extern "C" int nm_wait_testsome(int n, MPI_Request reqs[], int *outc, int idx[],
     if (int e = open_group_error(n, reqs, "Testsome")) return e;
     nm_progress();
     Reporting r(n, reqs);
-    PersScope ps(r, n, reqs);
+    PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = PMPI_Testsome(n, reqs, outc, idx, st);
     return report_many(r, *outc, idx, sts, ps.done(rc, *outc, idx, st));

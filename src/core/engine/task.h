@@ -23,7 +23,6 @@ namespace ncclmpi {
 
 struct Op;
 struct Stage;
-struct Decode;
 
 class Task {
   public:
@@ -32,8 +31,6 @@ class Task {
     void set_op(Op *op) { op_ = op; }
     // Staged route: completion is the real MPI's request, then the copy back of `stage`.
     void set_inner(MPI_Request inner, Stage *stage);
-    // A host receive that may get an envelope: decoded when the inner request completes (owned).
-    void set_decode(Decode *d) { decode_ = d; }
     // A send whose real-MPI request does not exist yet (an envelope queued until the next flush,
     // envelope.h): the task is not complete while it waits; sent() gives it its request, or the
     // error that kept it from being sent.
@@ -64,7 +61,6 @@ class Task {
     Op *op_ = nullptr;
     MPI_Request inner_ = MPI_REQUEST_NULL;
     Stage *stage_ = nullptr;
-    Decode *decode_ = nullptr;
     MPI_Request greq_ = MPI_REQUEST_NULL;
     MPI_Status inner_status_;
     bool has_status_ = false;

@@ -141,6 +141,8 @@ struct Rel {
     uint32_t *id;
 };
 std::vector<Rel> releases;  // release messages in flight
+std::atomic<size_t> inflight{0};  // held + releases, read without the lock (env_progress's test)
+void count_inflight() { inflight.store(held.size() + releases.size(), std::memory_order_relaxed); }  // (under mu)
 unsigned long long sent_count = 0;
 
 // Messages a probe took out of the real MPI's matching, per communicator, in the order they
@@ -201,6 +203,7 @@ void release(int wrank, uint32_t id)
     PMPI_Isend(r.id, 1, MPI_UINT32_T, wrank, TAG_RELEASE, rel_comm, &r.req);
     std::lock_guard<std::mutex> g(mu);
     releases.push_back(r);
+    count_inflight();
 }
 
 // Pull n bytes of e's payload into dst (host or device memory). false when it cannot (another
@@ -334,6 +337,7 @@ static int send_wire(nm_op_t *o, const Held &h, const Envelope &e)
     if (rc != MPI_SUCCESS) {  // never sent: nobody will release it
         std::lock_guard<std::mutex> g(mu);
         held.erase(e.id);
+        count_inflight();
         held_free(h);
     }
     return rc;
@@ -363,6 +367,7 @@ static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t add
         std::lock_guard<std::mutex> g(mu);
         e.id = next_id++;
         held[e.id] = h;
+        count_inflight();
         sent_count++;
     }
     return send_wire(o, h, e);
@@ -712,7 +717,7 @@ void env_release(const EnvRelease &r)
 
 void env_progress()
 {
-    if (!nm_env_active) return;
+    if (!nm_env_active || !inflight.load(std::memory_order_relaxed)) return;
     std::unique_lock<std::mutex> g(mu, std::try_to_lock);
     if (!g.owns_lock()) return;
     for (size_t i = 0; i < releases.size();) {
@@ -726,6 +731,7 @@ void env_progress()
             i++;
         }
     }
+    count_inflight();
     while (!held.empty()) {
         int flag = 0;
         MPI_Status st;
@@ -738,6 +744,7 @@ void env_progress()
         held_free(it->second);
         held.erase(it);
     }
+    count_inflight();
 }
 
 void env_drain()

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/engine/engine.h"
 #include "core/engine/task.h"
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
@@ -40,12 +41,14 @@ struct Pers {
     bool active;    // started, not yet completed by a Wait or Test
     bool copied;    // this activation's copy back is done (MPI_Request_get_status did it)
     Emul *em;       // an emulated persistent receive (envelopes), or null
+    Decode *decode; // a host receive that may get an envelope (not persistent: one completion), or null
 };
 
-std::mutex mu;
+std::mutex mu;  // (taken only under MPI_THREAD_MULTIPLE: MtLock)
 std::unordered_map<MPI_Request, Pers> table;
 std::atomic<int> registered{0};  // table's size, read without the lock (most calls find none)
 std::atomic<int> ndetached{0};   // detached's size, likewise
+std::atomic<int> nemul{0};       // the table's emulated receives (pers_progress moves them along)
 // freed while active: the real MPI's request (not freed yet, so that it can be tested) and stage
 std::vector<std::pair<MPI_Request, Pers>> detached;
 
@@ -99,14 +102,28 @@ void release(Pers &p)
         delete p.em;
     }
     if (p.stage) stage_release(p.stage);
+    delete p.decode;
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+}
+
+// A host receive that may have got an envelope completed with status st (null: it failed, nothing
+// to decode): its payload pulled (unless MPI_Request_get_status did it), its entry released.
+int decode_done(Pers &p, MPI_Status *st)
+{
+    const int rc = st ? env_finish(*p.decode, st) : MPI_SUCCESS;
+    release(p);
+    // (MPI_Imrecv: the message's communicator is not known here; the code is returned. Decoded by
+    // MPI_Request_get_status: its error went to the handler there.)
+    if (rc != MPI_SUCCESS && p.comm != MPI_COMM_NULL && !p.copied) PMPI_Comm_call_errhandler(p.comm, rc);
+    return rc;
 }
 
 void insert(MPI_Request req, const Pers &p)
 {
-    std::lock_guard<std::mutex> g(mu);
+    MtLock<std::mutex> g(mu);
     table[req] = p;
     registered.store((int)table.size(), std::memory_order_release);
+    if (p.em) nemul.fetch_add(1, std::memory_order_relaxed);
     // the Start, Wait and Test wrappers take their slow path while one exists
     __atomic_add_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
 }
@@ -115,13 +132,18 @@ void insert(MPI_Request req, const Pers &p)
 
 void pers_register(MPI_Request req, Stage *s, MPI_Comm comm)
 {
-    insert(req, Pers{s, comm, false, false, nullptr});
+    insert(req, Pers{s, comm, false, false, nullptr, nullptr});
+}
+
+void pers_watch_decode(MPI_Request req, Decode *d, MPI_Comm comm)
+{
+    insert(req, Pers{nullptr, comm, true, false, nullptr, d});
 }
 
 bool pers_owns(int n, const MPI_Request *reqs)
 {
     if (registered.load(std::memory_order_acquire) == 0) return false;
-    std::lock_guard<std::mutex> g(mu);
+    MtLock<std::mutex> g(mu);
     for (int i = 0; i < n; i++)
         if (reqs[i] != MPI_REQUEST_NULL && table.count(reqs[i])) return true;
     return false;
@@ -132,7 +154,7 @@ int pers_start(int n, const MPI_Request *reqs)
     for (int i = 0; i < n; i++) {
         Stage *s = nullptr;
         {
-            std::lock_guard<std::mutex> g(mu);
+            MtLock<std::mutex> g(mu);
             auto it = table.find(reqs[i]);
             if (it == table.end()) continue;
             it->second.active = true;
@@ -156,11 +178,24 @@ int pers_start(int n, const MPI_Request *reqs)
     return MPI_SUCCESS;
 }
 
-int pers_completed(MPI_Request req, MPI_Status *st)
+int pers_completed(MPI_Request req, MPI_Status *st, bool gone)
 {
-    Pers p;
+    Pers p{};
     {
-        std::lock_guard<std::mutex> g(mu);
+        MtLock<std::mutex> g(mu);
+        auto it = table.find(req);
+        if (it == table.end() || !it->second.active) return MPI_SUCCESS;
+        if (it->second.decode) {  // one completion: the entry goes with the request
+            if (!gone) return MPI_SUCCESS;
+            p = it->second;
+            table.erase(it);
+            registered.store((int)table.size(), std::memory_order_release);
+        }
+    }
+    if (p.decode) return decode_done(p, st);
+    if (!st) return MPI_SUCCESS;  // failed: nothing to copy back
+    {
+        MtLock<std::mutex> g(mu);
         auto it = table.find(req);
         if (it == table.end() || !it->second.active) return MPI_SUCCESS;
         it->second.active = false;
@@ -196,7 +231,7 @@ int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
         if (s) stage_release(s);
         return rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM;
     }
-    insert(*o->req, Pers{s, o->comm, false, false, em});
+    insert(*o->req, Pers{s, o->comm, false, false, em, nullptr});
     return MPI_SUCCESS;
 }
 
@@ -204,7 +239,7 @@ int pers_cancel(MPI_Request req, int *rc)
 {
     Emul *em = nullptr;
     {
-        std::lock_guard<std::mutex> g(mu);
+        MtLock<std::mutex> g(mu);
         auto it = table.find(req);
         if (it == table.end() || !it->second.em) return 0;
         em = it->second.em;
@@ -234,6 +269,7 @@ int pers_free(MPI_Request *req, int *rc)
     Pers p = it->second;
     table.erase(it);
     registered.store((int)table.size(), std::memory_order_release);
+    if (p.em) nemul.fetch_sub(1, std::memory_order_relaxed);
     if (p.active) {  // completes in the background: tested by pers_progress, then freed
         detached.emplace_back(*req, p);
         ndetached.store((int)detached.size(), std::memory_order_release);
@@ -254,13 +290,14 @@ void pers_progress()
         Pers p;
         MPI_Status st;
     };
-    if (registered.load(std::memory_order_acquire) == 0 && ndetached.load(std::memory_order_acquire) == 0) return;
+    if (nemul.load(std::memory_order_acquire) == 0 && ndetached.load(std::memory_order_acquire) == 0) return;
     std::vector<Done> done;
     {
         std::unique_lock<std::mutex> g(mu, std::try_to_lock);
         if (!g.owns_lock()) return;
-        for (auto &kv : table)
-            if (kv.second.active) em_progress(kv.second.em);
+        if (nemul.load(std::memory_order_relaxed))  // (most entries are not: not looked through)
+            for (auto &kv : table)
+                if (kv.second.active) em_progress(kv.second.em);
         for (auto &d : detached) em_progress(d.second.em);
         if (detached.empty()) return;
         for (size_t i = 0; i < detached.size();) {
@@ -278,6 +315,10 @@ void pers_progress()
         }
     }
     for (auto &d : done) {  // outside the lock: the copy waits for the GPU
+        if (d.p.decode) {  // (not persistent: the Test freed it)
+            decode_done(d.p, &d.st);
+            continue;
+        }
         if (!d.p.copied) copy_back(d.p, &d.st);
         PMPI_Request_free(&d.req);
         release(d.p);
@@ -292,7 +333,7 @@ void pers_drain()
     for (;;) {
         size_t left;
         {
-            std::lock_guard<std::mutex> g(mu);
+            MtLock<std::mutex> g(mu);
             left = detached.size();
         }
         if (!left) return;
@@ -343,9 +384,9 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
     *rc = PMPI_Request_get_status(request, flag, st);
     if (*rc != MPI_SUCCESS || !*flag) return 1;
     // complete, still active: the data is the application's now, so it is copied back now (once)
-    Pers p;
+    Pers p{};
     {
-        std::lock_guard<std::mutex> g(mu);
+        MtLock<std::mutex> g(mu);
         auto it = table.find(request);
         if (it != table.end() && it->second.active && it->second.em) {
             st->MPI_SOURCE = it->second.em->got.MPI_SOURCE;
@@ -354,6 +395,15 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
         if (it == table.end() || !it->second.active || it->second.copied) return 1;
         it->second.copied = true;
         p = it->second;
+    }
+    if (p.decode) {  // decoded now, and the completion reports what this reported
+        Decode *d = p.decode;
+        *rc = env_finish(*d, st);
+        d->preset = *st;
+        d->preset_rc = *rc;
+        d->has_preset = true;
+        if (*rc != MPI_SUCCESS && p.comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(p.comm, *rc);
+        return 1;
     }
     *rc = copy_back(p, st);
     return 1;

@@ -7,6 +7,11 @@
 // bytes it got back to the device before it returns. A request freed while active completes in
 // the background (its copy back runs at a later ncclmpi call, at the latest at MPI_Finalize).
 // The messages are the real MPI's, unchanged: either side may use host or device memory.
+//
+// The same table holds the real MPI's requests of nonblocking host receives on a communicator
+// that may carry envelopes (envelope.h): the application holds the real MPI's request, and the
+// Wait or Test that completes it decodes what it got (MPI_Request_get_status, when it finds it
+// complete; a request freed while active, at a later ncclmpi call).
 #ifndef NM_CORE_PERSISTENT_H
 #define NM_CORE_PERSISTENT_H
 #include <mpi.h>
@@ -16,6 +21,7 @@
 namespace ncclmpi {
 
 struct Stage;
+struct Decode;
 
 // The real MPI made persistent request `req` on the shadows of `s` (which it now owns), on
 // communicator comm (whose error handler reports a failed copy).
@@ -25,15 +31,20 @@ bool pers_owns(int n, const MPI_Request *reqs);
 // Before the real MPI starts them: the copies in of the staged ones among reqs[0..n).
 // MPI_SUCCESS or an MPI error code (nothing started).
 int pers_start(int n, const MPI_Request *reqs);
-// After the real MPI completed request `req` (the handle it had) with status `st`: a staged
-// receive's copy back (none when cancelled or failed). MPI_SUCCESS or an MPI error code.
-int pers_completed(MPI_Request req, MPI_Status *st);
+// A nonblocking host receive that may get an envelope, with request req (the real MPI's) and
+// decoding state d (owned) on comm (whose error handler reports a failed decode).
+void pers_watch_decode(MPI_Request req, Decode *d, MPI_Comm comm);
+// After a Wait or Test form returned, for request `req` (the handle it had) that the form may have
+// completed: st its status (null when it failed), gone whether the application's handle is
+// MPI_REQUEST_NULL now. A staged receive's copy back (none when cancelled or failed), a host
+// receive's decoding. MPI_SUCCESS or an MPI error code.
+int pers_completed(MPI_Request req, MPI_Status *st, bool gone);
 // A persistent receive on a communicator that may carry envelopes (o: Recv_init; s: its staged
 // shadows or null for host memory; target: where the data goes). Makes o's request. MPI code.
 int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target);
 // MPI_Cancel of an emulated persistent receive: 1 (and *rc) when it was one.
 int pers_cancel(MPI_Request req, int *rc);
-// MPI_Request_free of a staged persistent request: 1 (and *rc) when it was one.
+// MPI_Request_free of a request in the table: 1 (and *rc) when it was one.
 int pers_free(MPI_Request *req, int *rc);
 // Requests freed while active: the completed ones copied back and released.
 void pers_progress();
