@@ -54,6 +54,9 @@ extern const int nm_cfg_script_nrows;
 /* Parse the environment into nm_cfg, once; later calls do nothing. Invalid values and unknown
  * NCCLMPI_* names warn on stderr (unless NCCLMPI_LOG is NONE or ERROR); defaults are kept. */
 void nm_config_load(void);
+/* Another component's variable that a decision of ncclmpi's depends on (CUDA_VISIBLE_DEVICES for
+ * NCCLMPI_P2P_ENVELOPE=auto), read here like the settings; NULL when it is not set. */
+const char *nm_config_foreign(const char *name);
 /* Reset nm_cfg to the defaults and parse `envp` (NULL: the process environment); returns the
  * number of warnings. nm_config_load's worker; unit tests call it directly. */
 int nm_config_parse(char *const *envp);

@@ -85,8 +85,10 @@ foreach(np 2 3)
                        SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_AGREE=1")
 endforeach()
 # envelope_order with device envelopes (NCCLMPI_P2P_ENVELOPE=device, every device send of 4 KiB
-# or more): nonblocking sends queue their envelopes until the next call that may wait
+# or more): nonblocking sends queue their envelopes until the next call that may wait; and with
+# them off (every device message staged)
 foreach(np 2 3)
+  set_tests_properties(gpu_hazard_envelope_order_np${np} PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=off")
   add_test(gpu_hazard_envelope_order_np${np}_envelope ${GRUN} ${np} "${NM_HAZARD}" envelope_order)
   set_tests_properties(gpu_hazard_envelope_order_np${np}_envelope PROPERTIES LABELS "gpu" TIMEOUT 180
                        SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")
@@ -121,12 +123,15 @@ set_tests_properties(mpi_hazard_progress_np2_host_tcp PROPERTIES LABELS "mpi" TI
 
 # gpu_p2p: random point-to-point matching (wildcards, probes, truncation, cancel, MPI_PROC_NULL,
 # self sends) on device, pinned and malloc buffers, checked against the plan every rank derives
-# from the seed; on malloc buffers only with --host (label mpi, up to 1 MiB messages)
+# from the seed; on malloc buffers only with --host (label mpi, up to 1 MiB messages). Seed 1 with
+# envelopes off (every device message staged), seed 2 with the default settings (envelopes on a
+# GPU machine).
 foreach(np 2 3 4)
   foreach(seed 1 2)
     add_test(gpu_p2p_np${np}_seed${seed} ${GRUN} ${np} "${B}/test/gpu/gpu_p2p" --seed ${seed})
     set_tests_properties(gpu_p2p_np${np}_seed${seed} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
   endforeach()
+  set_tests_properties(gpu_p2p_np${np}_seed1 PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=off")
 endforeach()
 foreach(np 2 3)
   add_test(mpi_p2p_fuzz_np${np}_host "${RUN}" ${np} preload "${B}/test/gpu/gpu_p2p" --host --max 1048576 --seed ${np})
@@ -137,6 +142,7 @@ endforeach()
 # device buffers, staged, against the real MPI on host copies; gpu_persist: persistent
 # point-to-point requests on device buffers restarted 1000 times around a ring (device and host
 # senders, every completion form, cancel, free while active). Both on malloc buffers with --host.
+# gpu_persist here with envelopes off (staged persistent requests; with envelopes: below).
 foreach(prog neighbor persist)
   foreach(np 1 2 3 4)
     add_test(gpu_${prog}_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_${prog}")
@@ -147,12 +153,16 @@ foreach(prog neighbor persist)
     set_tests_properties(mpi_${prog}_np${np}_host PROPERTIES LABELS "mpi" TIMEOUT 120)
   endforeach()
 endforeach()
+foreach(np 1 2 3 4)
+  set_tests_properties(gpu_persist_np${np} PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=off")
+endforeach()
 
 # a rank that never uses CUDA receives device messages (staged; and as envelopes, whose payload
 # it reads from the sender's GPU after loading the driver) and sends host data to device memory
 add_test(gpu_nocuda_np2 ${GRUN} 2 "${B}/test/gpu/gpu_nocuda")
 add_test(gpu_nocuda_np2_envelope ${GRUN} 2 "${B}/test/gpu/gpu_nocuda")
 set_tests_properties(gpu_nocuda_np2 gpu_nocuda_np2_envelope PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77)
+set_tests_properties(gpu_nocuda_np2 PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=off")
 set_tests_properties(gpu_nocuda_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device")
 
 # point-to-point envelopes with device payloads (work in progress, NCCLMPI_P2P_ENVELOPE=device):

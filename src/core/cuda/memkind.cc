@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -111,14 +112,21 @@ extern "C" int nm_mem_is_device(const void *p)
     return k == NM_MEM_DEVICE || (k == NM_MEM_MANAGED && managed_as_device);
 }
 
+extern "C" int nm_gpu_node(void)
+{
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia/version", F_OK) == 0;
+}
+
 __attribute__((constructor)) static void nm_memkind_boot()
 {
     nm_config_load();
     // NCCLMPI_AGREE: every collective of every rank must vote, also where no CUDA driver is loaded
     if (nm_cfg.AGREE && !nm_cfg.DISABLE) nm_hot.slow = 1;
     // NCCLMPI_P2P_ENVELOPE: every point-to-point receive decodes what it got (the wrappers of
-    // receives and probes test this flag); in the host test mode host sends go as envelopes too
-    nm_envelopes_configured = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0 && !nm_cfg.DISABLE;
+    // receives and probes test this flag; MPI_Init clears it where the ranks turn them off: auto
+    // needs GPUs on this machine); in the host test mode host sends go as envelopes too
+    nm_envelopes_configured = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0 && !nm_cfg.DISABLE &&
+                              (strcmp(nm_cfg.P2P_ENVELOPE, "auto") != 0 || nm_gpu_node());
     if (nm_envelopes_configured && !strcmp(nm_cfg.P2P_ENVELOPE, "host")) nm_hot.slow = 1;
     // NCCLMPI_LOG=TRACE: every intercepted call is traced, also where no CUDA driver is loaded
     if (nm_cfg.LOG >= NM_LOG_TRACE && !nm_cfg.DISABLE) {

@@ -16,6 +16,9 @@ int nm_mem_is_device(const void *p);
 /* Look at libraries loaded since the last look; attach the CUDA driver if it arrived.
  * Returns 1 when the driver is attached. */
 int nm_linkmap_refresh(void);
+/* 1 when this machine has NVIDIA GPUs (the driver's device node or its /proc entry), asked
+ * without loading CUDA. */
+int nm_gpu_node(void);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/memkind.h"
 #include "core/dtype/dtype.h"
 #include "core/engine/task.h"
 #include "core/tl/staged/staging.h"
@@ -262,22 +263,39 @@ bool decode(const char *wire, Envelope *e)
 
 }  // namespace
 
+static unsigned long long fnv1a(const char *s)
+{
+    unsigned long long h = 1469598103934665603ull;
+    for (const char *c = s; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
 void env_init()
 {
     nm_env_active = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0;
     if (!nm_env_active) return;
-    device_mode = !strcmp(nm_cfg.P2P_ENVELOPE, "device");
+    const bool autom = !strcmp(nm_cfg.P2P_ENVELOPE, "auto");
+    device_mode = autom || !strcmp(nm_cfg.P2P_ENVELOPE, "device");
     PMPI_Comm_rank(MPI_COMM_WORLD, &my_wrank);
-    // every rank on one node (the pull reads another process's memory), with CUDA for device mode
+    // Decided by all ranks together, so that every rank decodes where any rank may send: every
+    // rank on one node (the pull reads another process's memory); with auto also every one on a
+    // machine with NVIDIA GPUs and with the same CUDA_VISIBLE_DEVICES (so a receiver sees the GPU
+    // that a sender's payload waits on, and can open its pool). Each value is equal on all ranks
+    // when its maximum and the maximum of its negation match this rank's.
     char host[MPI_MAX_PROCESSOR_NAME] = {0};
     int hl = 0;
     PMPI_Get_processor_name(host, &hl);
-    unsigned long long hh = 1469598103934665603ull;
-    for (const char *c = host; *c; c++) hh = (hh ^ (unsigned char)*c) * 1099511628211ull;
-    long long mine[2] = {(long long)(hh >> 1), -(long long)(hh >> 1)}, all[2];
-    PMPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    if (all[0] != mine[0] || all[1] != mine[1]) {  // every rank turns them off: nothing to decode
-        NM_INFO(INIT, "point-to-point envelopes off: ranks on several nodes");
+    const char *cvd = nm_config_foreign("CUDA_VISIBLE_DEVICES");
+    const long long hh = (long long)(fnv1a(host) >> 1), ch = (long long)(fnv1a(cvd ? cvd : "(unset)") >> 1);
+    const long long gpu = !autom || nm_gpu_node();
+    long long mine[5] = {hh, -hh, ch, -ch, -gpu}, all[5];
+    PMPI_Allreduce(mine, all, 5, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    const char *off = nullptr;
+    if (all[0] != mine[0] || all[1] != mine[1]) off = "ranks on several nodes";
+    else if (all[4] != -1) off = "a rank on a machine without NVIDIA GPUs";
+    else if (autom && (all[2] != mine[2] || all[3] != mine[3])) off = "ranks with different CUDA_VISIBLE_DEVICES";
+    if (off) {  // every rank turns them off: nothing to decode
+        NM_INFO(INIT, "point-to-point envelopes off: %s", off);
         nm_env_active = 0;
         nm_envelopes_configured = 0;  // (MPI_Init: no other thread calls MPI yet)
         device_mode = false;
@@ -294,7 +312,7 @@ void env_init()
     PMPI_Bcast(nonce, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     PMPI_Comm_dup(MPI_COMM_WORLD, &rel_comm);
     PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
-    NM_INFO(INIT, "point-to-point envelopes on (test mode: host messages of %zu bytes and more)",
+    NM_INFO(INIT, "point-to-point envelopes on: %s messages of %zu bytes and more", device_mode ? "device" : "host (test mode)",
             (size_t)nm_cfg.P2P_ENVELOPE_MIN);
 }
 
@@ -613,8 +631,13 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
         release(e.wrank, e.id);  // (a payload that cannot be read is given back too)
     }
     if (!ok) {
-        NM_ERROR(CALL, "cannot read a point-to-point payload of %llu bytes from process %d", (unsigned long long)e.bytes, e.pid);
-        return MPI_ERR_OTHER;
+        char msg[MPI_MAX_ERROR_STRING];
+        snprintf(msg, sizeof(msg), "ncclmpi: cannot read a point-to-point payload from process %d%s", e.pid,
+                 e.transport == NM_ENV_IPC ? " (its GPU memory, over CUDA IPC); where ranks cannot map each other's GPU "
+                                             "memory, set NCCLMPI_P2P_ENVELOPE=off"
+                                           : "");
+        NM_ERROR(CALL, "%s (%llu bytes)", msg + 9, (unsigned long long)e.bytes);
+        return nm_error_code(MPI_ERR_OTHER, msg);
     }
     return e.bytes > cap ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 }
