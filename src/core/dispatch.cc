@@ -173,8 +173,11 @@ static void init_locked()
     // language binding, before the real finalize.
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
-    check_settings_agree();
-    env_init();
+    {  // collective over MPI_COMM_WORLD: a rank without ncclmpi would leave the others waiting here
+        WaitWatch w("Init", "in ncclmpi's start-up reductions over MPI_COMM_WORLD (is libncclmpi loaded in every rank?)");
+        check_settings_agree();
+        env_init();
+    }
     NM_INFO(INIT, "ncclmpi %s: CUDA driver %s", ncclmpi_version(), cuda_attached() ? "attached" : "not in process");
 }
 
