@@ -63,6 +63,10 @@ endforeach()
 add_test(mpi_coverage sh "${S}/test/mpi/coverage.sh" "${S}" "${B}")
 set_tests_properties(mpi_coverage PROPERTIES LABELS "mpi" TIMEOUT 60)
 
+# libncclmpi in one rank only: the other waits in MPI_Init, and says so
+add_test(mpi_init_partial_np2 sh "${S}/test/mpi/init_partial.sh" "${B}")
+set_tests_properties(mpi_init_partial_np2 PROPERTIES LABELS "mpi" TIMEOUT 60)
+
 # startup time with and without LD_PRELOAD (prints medians; fails only if a run fails)
 add_test(mpi_startup_overhead sh "${S}/test/mpi/startup_overhead.sh" "${B}" 20)
 set_tests_properties(mpi_startup_overhead PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE)
