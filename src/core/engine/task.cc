@@ -484,17 +484,21 @@ static int report_one(const Reporting &r, int i, MPI_Status *st, int rc)
 
 // Several completed (idx[k] for k < m, or all n when idx is null): MPI_ERR_IN_STATUS when one
 // failed, each status's MPI_ERROR set, the first failure's communicator's handler called.
+// (rc MPI_ERR_IN_STATUS: another request failed; those the call left pending keep their failures
+// for a later call, and where statuses are ignored, which ones completed is not known)
 static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *sts, int rc)
 {
-    if (rc != MPI_SUCCESS || m == MPI_UNDEFINED) return rc;
+    const bool in_status = rc == MPI_ERR_IN_STATUS;
+    if ((rc != MPI_SUCCESS && !in_status) || m == MPI_UNDEFINED || (in_status && sts == MPI_STATUSES_IGNORE)) return rc;
     MPI_Comm first = MPI_COMM_NULL;
     bool any_bad = false;
     for (int k = 0; k < m; k++) {
+        if (in_status && sts[k].MPI_ERROR == MPI_ERR_PENDING) continue;
         Failure f;
         const bool bad = take_failure(r.before(idx ? idx[k] : k), &f);
         if (bad && first == MPI_COMM_NULL && !f.reported) first = f.comm;
         any_bad |= bad;
-        if (sts != MPI_STATUSES_IGNORE) sts[k].MPI_ERROR = bad ? f.code : MPI_SUCCESS;
+        if (sts != MPI_STATUSES_IGNORE && (bad || !in_status)) sts[k].MPI_ERROR = bad ? f.code : MPI_SUCCESS;
     }
     if (!any_bad) return rc;
     if (first != MPI_COMM_NULL) PMPI_Comm_call_errhandler(first, MPI_ERR_IN_STATUS);
@@ -566,7 +570,7 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
     PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = wait_loop("Waitall", [&](int *d) { return PMPI_Testall(n, reqs, d, st); });
-    return report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st));
+    return report_many(r, n, nullptr, st, ps.done(rc, n, nullptr, st));
 }
 
 extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *status)
@@ -593,7 +597,7 @@ extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[],
         *d = *outc != 0;
         return rc;
     });
-    return report_many(r, *outc, idx, sts, ps.done(rc, *outc, idx, st));
+    return report_many(r, *outc, idx, st, ps.done(rc, *outc, idx, st));
 }
 
 // The Test forms: progress ncclmpi's tasks once, test, report.
@@ -616,7 +620,7 @@ extern "C" int nm_wait_testall(int n, MPI_Request reqs[], int *flag, MPI_Status 
     PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = PMPI_Testall(n, reqs, flag, st);
-    return *flag ? report_many(r, n, nullptr, sts, ps.done(rc, n, nullptr, st)) : rc;
+    return *flag ? report_many(r, n, nullptr, st, ps.done(rc, n, nullptr, st)) : rc;
 }
 
 extern "C" int nm_wait_testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *status)
@@ -638,5 +642,5 @@ extern "C" int nm_wait_testsome(int n, MPI_Request reqs[], int *outc, int idx[],
     PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
     int rc = PMPI_Testsome(n, reqs, outc, idx, st);
-    return report_many(r, *outc, idx, sts, ps.done(rc, *outc, idx, st));
+    return report_many(r, *outc, idx, st, ps.done(rc, *outc, idx, st));
 }

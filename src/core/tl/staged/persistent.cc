@@ -190,26 +190,21 @@ int pers_completed(MPI_Request req, MPI_Status *st, bool gone)
             p = it->second;
             table.erase(it);
             registered.store((int)table.size(), std::memory_order_release);
-        }
-    }
-    if (p.decode) return decode_done(p, st);
-    if (!st) return MPI_SUCCESS;  // failed: nothing to copy back
-    {
-        MtLock<std::mutex> g(mu);
-        auto it = table.find(req);
-        if (it == table.end() || !it->second.active) return MPI_SUCCESS;
-        it->second.active = false;
-        if (Emul *em = it->second.em) {  // the status of what ncclmpi's receive got
-            if (st && st != MPI_STATUS_IGNORE) {
-                st->MPI_SOURCE = em->got.MPI_SOURCE;
-                st->MPI_TAG = em->got.MPI_TAG;
+        } else {
+            if (!st) return MPI_SUCCESS;  // failed: nothing to copy back
+            it->second.active = false;
+            if (Emul *em = it->second.em) {  // the status of what ncclmpi's receive got
+                if (st != MPI_STATUS_IGNORE) {
+                    st->MPI_SOURCE = em->got.MPI_SOURCE;
+                    st->MPI_TAG = em->got.MPI_TAG;
+                }
+                if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);
             }
-            if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);
+            if (it->second.copied) return MPI_SUCCESS;
+            p = it->second;
         }
-        if (it->second.copied) return MPI_SUCCESS;
-        p = it->second;
     }
-    return copy_back(p, st);
+    return p.decode ? decode_done(p, st) : copy_back(p, st);
 }
 
 int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
