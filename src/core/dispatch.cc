@@ -148,10 +148,10 @@ static void check_settings_agree()
     unsigned long long h = 1469598103934665603ull;
     for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
-    PMPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    world_max(mine, all, 2, "ncclmpi's settings check");
     if (all[0] == mine[0] && all[1] == mine[1]) return;
     fprintf(stderr, "[ncclmpi] ERROR rank %d: NCCLMPI_* settings differ between ranks (this rank: %s); they must be "
-            "equal on every rank (mpirun -x)\n", world_rank(), text);
+            "equal on every rank (mpirun -x); is libncclmpi loaded in every rank?\n", world_rank(), text);
     PMPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -173,11 +173,8 @@ static void init_locked()
     // language binding, before the real finalize.
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
-    {  // collective over MPI_COMM_WORLD: a rank without ncclmpi would leave the others waiting here
-        WaitWatch w("Init", "in ncclmpi's start-up reductions over MPI_COMM_WORLD (is libncclmpi loaded in every rank?)");
-        check_settings_agree();
-        env_init();
-    }
+    check_settings_agree();
+    env_init();
     NM_INFO(INIT, "ncclmpi %s: CUDA driver %s", ncclmpi_version(), cuda_attached() ? "attached" : "not in process");
 }
 

@@ -55,6 +55,22 @@ void comm_release(CommState *cs)
     delete cs;
 }
 
+void world_max(const long long *mine, long long *all, int n, const char *what)
+{
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (PMPI_Iallreduce(mine, all, n, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r) != MPI_SUCCESS) return;
+    const double t0 = nm_now_s();
+    bool warned = false;
+    for (int done = 0; !done;) {
+        PMPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (!done && !warned && nm_cfg.WARN_AFTER > 0 && nm_now_s() - t0 > nm_cfg.WARN_AFTER) {
+            NM_WARN(INIT, "MPI_Init has waited %d s for %s over MPI_COMM_WORLD: is libncclmpi loaded in every rank, "
+                    "with the same NCCLMPI_* settings? (a rank without it never joins)", (int)nm_cfg.WARN_AFTER, what);
+            warned = true;
+        }
+    }
+}
+
 int world_rank()
 {
     int r = -1, init = 0, fin = 0;

@@ -66,6 +66,11 @@ void comm_release(CommState *cs);
 // Destroy every process group (children before parents) before the real MPI_Finalize.
 void comm_states_teardown();
 int world_rank();
+// MPI_Init's start-up reductions (ncclmpi's own, before the application's first call): the
+// maximum of each of mine[0..n) over MPI_COMM_WORLD into all. A rank without ncclmpi never makes
+// the matching call, so the wait says so after NCCLMPI_WARN_AFTER seconds (what: the reduction)
+// and goes on waiting.
+void world_max(const long long *mine, long long *all, int n, const char *what);
 
 }  // namespace ncclmpi
 #endif

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/comm/comm_state.h"
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/cuda/kernels.h"
@@ -289,7 +290,7 @@ void env_init()
     const long long hh = (long long)(fnv1a(host) >> 1), ch = (long long)(fnv1a(cvd ? cvd : "(unset)") >> 1);
     const long long gpu = !autom || nm_gpu_node();
     long long mine[5] = {hh, -hh, ch, -ch, -gpu}, all[5];
-    PMPI_Allreduce(mine, all, 5, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    world_max(mine, all, 5, "ncclmpi's point-to-point envelope decision");
     const char *off = nullptr;
     if (all[0] != mine[0] || all[1] != mine[1]) off = "ranks on several nodes";
     else if (all[4] != -1) off = "a rank on a machine without NVIDIA GPUs";
