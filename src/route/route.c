@@ -147,3 +147,22 @@ const char *nm_opkind_name(int kind)
     };
     return (kind >= 0 && kind < NM_OPK_COUNT && s[kind]) ? s[kind] : "?";
 }
+
+void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_hash, unsigned long long gpus_hash,
+                      int gpu_node, int autom)
+{
+    const long long h = (long long)(host_hash >> 1), g = (long long)(gpus_hash >> 1);
+    mine[0] = h;
+    mine[1] = -h;
+    mine[2] = g;
+    mine[3] = -g;
+    mine[4] = -(long long)(!autom || gpu_node);
+}
+
+const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long all[NM_ENV_VOTE_N], int autom)
+{
+    if (all[0] != mine[0] || all[1] != mine[1]) return "ranks on several nodes";
+    if (all[4] != -1) return "a rank on a machine without NVIDIA GPUs";
+    if (autom && (all[2] != mine[2] || all[3] != mine[3])) return "ranks with different CUDA_VISIBLE_DEVICES";
+    return NULL;
+}

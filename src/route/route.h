@@ -108,6 +108,18 @@ const char *nm_why_str(nm_why_t why);
 const char *nm_route_str(ncclmpi_route_t r);
 const char *nm_cap_str(int cap);
 
+/* ---- NCCLMPI_P2P_ENVELOPE's job-wide decision at MPI_Init ----
+ * Every rank fills its vector with nm_env_vote_mine(); the vectors are reduced with MPI_MAX
+ * element by element over MPI_COMM_WORLD; nm_env_vote_off() then gives every rank the same answer
+ * from its own vector and the maximum: NULL (envelopes on) or why they are off. A value is equal
+ * on every rank when its maximum and the maximum of its negation both match this rank's, which
+ * each rank can tell alone. auto: the NCCLMPI_P2P_ENVELOPE=auto rule (also a machine with NVIDIA
+ * GPUs everywhere and the same CUDA_VISIBLE_DEVICES), else only one node. */
+enum { NM_ENV_VOTE_N = 5 };
+void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_hash, unsigned long long gpus_hash,
+                      int gpu_node, int autom);
+const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long all[NM_ENV_VOTE_N], int autom);
+
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */
 int nm_map_dtype(MPI_Datatype dt);

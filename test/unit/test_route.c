@@ -387,6 +387,37 @@ static void test_table(void)
     CHECK(NM_FN_COUNT >= 73);
 }
 
+/* NCCLMPI_P2P_ENVELOPE's decision: every assignment of host, CUDA_VISIBLE_DEVICES and GPU
+ * presence over 3 ranks (hash values chosen to collide in sign and order) gives every rank the
+ * same answer, on exactly when the rule holds. */
+static void test_env_vote(void)
+{
+    const unsigned long long hosts[2] = {0x9e3779b97f4a7c15ull, 0x0000000000000001ull};
+    const unsigned long long gpus[2] = {0x7fffffffffffffffull, 0xfffffffffffffffeull};
+    enum { R = 3 };
+    for (int autom = 0; autom < 2; autom++)
+        for (int code = 0; code < 512; code++) {  /* 3 bits per rank: host, gpus, gpu node */
+            long long mine[R][NM_ENV_VOTE_N], all[NM_ENV_VOTE_N];
+            int same_host = 1, same_gpus = 1, every_gpu = 1;
+            for (int r = 0; r < R; r++) {
+                const int b = code >> (3 * r);
+                nm_env_vote_mine(mine[r], hosts[b & 1], gpus[(b >> 1) & 1], (b >> 2) & 1, autom);
+                same_host &= (b & 1) == (code & 1);
+                same_gpus &= ((b >> 1) & 1) == ((code >> 1) & 1);
+                every_gpu &= (b >> 2) & 1;
+            }
+            for (int i = 0; i < NM_ENV_VOTE_N; i++) {
+                all[i] = mine[0][i];
+                for (int r = 1; r < R; r++)
+                    if (mine[r][i] > all[i]) all[i] = mine[r][i];
+            }
+            const char *first = nm_env_vote_off(mine[0], all, autom);
+            for (int r = 1; r < R; r++) CHECK(nm_env_vote_off(mine[r], all, autom) == first);
+            const int on = same_host && (!autom || (every_gpu && same_gpus));
+            CHECK((first == NULL) == on);
+        }
+}
+
 int main(void)
 {
     test_route();
@@ -394,6 +425,7 @@ int main(void)
     test_maps();
     test_config();
     test_table();
+    test_env_vote();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

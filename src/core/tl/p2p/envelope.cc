@@ -281,21 +281,15 @@ void env_init()
     // Decided by all ranks together, so that every rank decodes where any rank may send: every
     // rank on one node (the pull reads another process's memory); with auto also every one on a
     // machine with NVIDIA GPUs and with the same CUDA_VISIBLE_DEVICES (so a receiver sees the GPU
-    // that a sender's payload waits on, and can open its pool). Each value is equal on all ranks
-    // when its maximum and the maximum of its negation match this rank's.
+    // that a sender's payload waits on, and can open its pool): route.h's nm_env_vote_*.
     char host[MPI_MAX_PROCESSOR_NAME] = {0};
     int hl = 0;
     PMPI_Get_processor_name(host, &hl);
     const char *cvd = nm_config_foreign("CUDA_VISIBLE_DEVICES");
-    const long long hh = (long long)(fnv1a(host) >> 1), ch = (long long)(fnv1a(cvd ? cvd : "(unset)") >> 1);
-    const long long gpu = !autom || nm_gpu_node();
-    long long mine[5] = {hh, -hh, ch, -ch, -gpu}, all[5];
-    world_max(mine, all, 5, "ncclmpi's point-to-point envelope decision");
-    const char *off = nullptr;
-    if (all[0] != mine[0] || all[1] != mine[1]) off = "ranks on several nodes";
-    else if (all[4] != -1) off = "a rank on a machine without NVIDIA GPUs";
-    else if (autom && (all[2] != mine[2] || all[3] != mine[3])) off = "ranks with different CUDA_VISIBLE_DEVICES";
-    if (off) {  // every rank turns them off: nothing to decode
+    long long mine[NM_ENV_VOTE_N], all[NM_ENV_VOTE_N];
+    nm_env_vote_mine(mine, fnv1a(host), fnv1a(cvd ? cvd : "(unset)"), autom && nm_gpu_node(), autom);
+    world_max(mine, all, NM_ENV_VOTE_N, "ncclmpi's point-to-point envelope decision");
+    if (const char *off = nm_env_vote_off(mine, all, autom)) {  // every rank turns them off: nothing to decode
         NM_INFO(INIT, "point-to-point envelopes off: %s", off);
         nm_env_active = 0;
         nm_envelopes_configured = 0;  // (MPI_Init: no other thread calls MPI yet)
