@@ -344,9 +344,10 @@ static int envelope_recv(nm_op_t *o, Stage *s, int *rc)
 enum Enter { ENTER_PMPI = 0, ENTER_DONE = 1, ENTER_REAL = 2 };
 
 // NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (DONE, *rc its result); a host receive
-// may get one, so real_done() decodes what it got (REAL). scratch: room for a Decode in the
-// caller's frame, used by a blocking receive (no allocation).
-int envelope_host(nm_op_t *o, int *rc, void *scratch = nullptr)
+// may get one, so real_done() decodes what it got (REAL). cs: o's communicator's state (null for
+// MPI_Mrecv); scratch: room for a Decode in the caller's frame, used by a blocking receive (no
+// allocation).
+int envelope_host(nm_op_t *o, const CommState *cs, int *rc, void *scratch = nullptr)
 {
     if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) {
         if (env_send(o, rc)) return ENTER_DONE;
@@ -354,7 +355,8 @@ int envelope_host(nm_op_t *o, int *rc, void *scratch = nullptr)
         return ENTER_PMPI;
     }
     if (envelope_recv(o, nullptr, rc)) return ENTER_DONE;
-    if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && !env_comm(o->comm))) return ENTER_PMPI;
+    // (envelopes travel on intracommunicators only: env_comm's answer, from the state)
+    if ((o->flags & NM_OPF_PERS) || !receives(o) || (o->kind != NM_OPK_MRECV && (!cs || cs->inter))) return ENTER_PMPI;
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
     const bool here = scratch && !(o->flags & NM_OPF_NB);
     const Decode init{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
@@ -433,7 +435,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
         NM_COUNT_ROUTE(o->fn, NCCLMPI_ROUTE_HOST);
-        return envelope_host(o, rc, scratch);
+        return envelope_host(o, cs, rc, scratch);
     }
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
@@ -495,7 +497,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
         if (NM_UNLIKELY(env_on())) {
-            const int e = envelope_host(o, rc, scratch);
+            const int e = envelope_host(o, cs, rc, scratch);
             return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
         }
         return op_replaced ? ENTER_REAL : ENTER_PMPI;
