@@ -578,8 +578,14 @@ int real_done(nm_op_t *o, int rc)
         }
         DepthGuard dg;
         if (o->flags & NM_OPF_NB) {  // decoded by the Wait or Test that completes the real MPI's request
-            pers_watch_decode(*o->req, d, o->comm);
-            return rc;
+            if (!nm_thread_multiple) {
+                pers_watch_decode(*o->req, d, o->comm);
+                return rc;
+            }
+            Task *t = Task::get(o);  // (several threads: see Task::set_decode)
+            t->set_inner(*o->req, nullptr);
+            t->set_decode(d);
+            return t->publish(o->req);
         }
         rc = env_finish(*d, o->status);
         drop(d);

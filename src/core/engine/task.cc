@@ -111,6 +111,8 @@ Task *Task::get(const nm_op_t *o)
 void Task::recycle()
 {
     if (stage_) stage_release(stage_);
+    delete decode_;
+    decode_ = nullptr;
     fn_ = kind_ = 0;
     comm_ = MPI_COMM_NULL;
     op_ = nullptr;
@@ -248,6 +250,7 @@ bool Task::poll(uint64_t sweep)
         }
         rc = stage_rc(st);
     }
+    if (rc == MPI_SUCCESS && decode_ && !cancelled) rc = env_finish(*decode_, &inner_status_);
     complete(rc);
     return true;
 }

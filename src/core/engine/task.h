@@ -23,6 +23,7 @@ namespace ncclmpi {
 
 struct Op;
 struct Stage;
+struct Decode;
 
 class Task {
   public:
@@ -31,6 +32,12 @@ class Task {
     void set_op(Op *op) { op_ = op; }
     // Staged route: completion is the real MPI's request, then the copy back of `stage`.
     void set_inner(MPI_Request inner, Stage *stage);
+    // A host receive that may get an envelope, under MPI_THREAD_MULTIPLE: decoded when the inner
+    // request completes (owned). (Otherwise the application holds the real MPI's request and the
+    // Wait or Test that completes it decodes: persistent.h. A table by handle cannot serve
+    // several threads: between the real MPI freeing a completed request and ncclmpi's lookup,
+    // another thread's new request may get the same handle.)
+    void set_decode(Decode *d) { decode_ = d; }
     // A send whose real-MPI request does not exist yet (an envelope queued until the next flush,
     // envelope.h): the task is not complete while it waits; sent() gives it its request, or the
     // error that kept it from being sent.
@@ -61,6 +68,7 @@ class Task {
     Op *op_ = nullptr;
     MPI_Request inner_ = MPI_REQUEST_NULL;
     Stage *stage_ = nullptr;
+    Decode *decode_ = nullptr;
     MPI_Request greq_ = MPI_REQUEST_NULL;
     MPI_Status inner_status_;
     bool has_status_ = false;

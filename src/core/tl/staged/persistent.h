@@ -11,7 +11,8 @@
 // The same table holds the real MPI's requests of nonblocking host receives on a communicator
 // that may carry envelopes (envelope.h): the application holds the real MPI's request, and the
 // Wait or Test that completes it decodes what it got (MPI_Request_get_status, when it finds it
-// complete; a request freed while active, at a later ncclmpi call).
+// complete; a request freed while active, at a later ncclmpi call). Not under
+// MPI_THREAD_MULTIPLE (task.h, Task::set_decode).
 #ifndef NM_CORE_PERSISTENT_H
 #define NM_CORE_PERSISTENT_H
 #include <mpi.h>
