@@ -145,8 +145,7 @@ static void check_settings_agree()
              (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
              nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
              (size_t)nm_cfg.P2P_ENVELOPE_MIN);
-    unsigned long long h = 1469598103934665603ull;
-    for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    const unsigned long long h = nm_hash_str(text);
     long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
     world_max(mine, all, 2, "ncclmpi's settings check");
     if (all[0] == mine[0] && all[1] == mine[1]) return;

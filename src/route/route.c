@@ -148,6 +148,13 @@ const char *nm_opkind_name(int kind)
     return (kind >= 0 && kind < NM_OPK_COUNT && s[kind]) ? s[kind] : "?";
 }
 
+unsigned long long nm_hash_str(const char *s)
+{
+    unsigned long long h = 1469598103934665603ull;
+    for (const char *c = s; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
 void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_hash, unsigned long long gpus_hash,
                       int gpu_node, int autom)
 {

@@ -116,6 +116,9 @@ const char *nm_cap_str(int cap);
  * each rank can tell alone. auto: the NCCLMPI_P2P_ENVELOPE=auto rule (also a machine with NVIDIA
  * GPUs everywhere and the same CUDA_VISIBLE_DEVICES), else only one node. */
 enum { NM_ENV_VOTE_N = 5 };
+/* FNV-1a of a string: how a rank's strings (host name, CUDA_VISIBLE_DEVICES, settings) enter
+ * such agreements. */
+unsigned long long nm_hash_str(const char *s);
 void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_hash, unsigned long long gpus_hash,
                       int gpu_node, int autom);
 const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long all[NM_ENV_VOTE_N], int autom);

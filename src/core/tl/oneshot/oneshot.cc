@@ -16,6 +16,7 @@
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/oneshot/oneshot_abi.h"
 #include "route/nm_op.h"
+#include "route/route.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -150,8 +151,7 @@ void oneshot_setup(ProcessGroup *pg, MPI_Comm comm)
     memset(&mine, 0, sizeof(mine));
     char hn[256] = "";
     gethostname(hn, sizeof(hn) - 1);
-    mine.host = 1469598103934665603ul;  // FNV-1a of the host name
-    for (const char *p = hn; *p; p++) mine.host = (mine.host ^ (unsigned char)*p) * 1099511628211ul;
+    mine.host = nm_hash_str(hn);
     {
         DeviceGuard g(pg->ctx());
         void *ab = nullptr;

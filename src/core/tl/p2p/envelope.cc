@@ -264,13 +264,6 @@ bool decode(const char *wire, Envelope *e)
 
 }  // namespace
 
-static unsigned long long fnv1a(const char *s)
-{
-    unsigned long long h = 1469598103934665603ull;
-    for (const char *c = s; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    return h;
-}
-
 void env_init()
 {
     nm_env_active = strcmp(nm_cfg.P2P_ENVELOPE, "off") != 0;
@@ -287,7 +280,7 @@ void env_init()
     PMPI_Get_processor_name(host, &hl);
     const char *cvd = nm_config_foreign("CUDA_VISIBLE_DEVICES");
     long long mine[NM_ENV_VOTE_N], all[NM_ENV_VOTE_N];
-    nm_env_vote_mine(mine, fnv1a(host), fnv1a(cvd ? cvd : "(unset)"), autom && nm_gpu_node(), autom);
+    nm_env_vote_mine(mine, nm_hash_str(host), nm_hash_str(cvd ? cvd : "(unset)"), autom && nm_gpu_node(), autom);
     world_max(mine, all, NM_ENV_VOTE_N, "ncclmpi's point-to-point envelope decision");
     if (const char *off = nm_env_vote_off(mine, all, autom)) {  // every rank turns them off: nothing to decode
         NM_INFO(INIT, "point-to-point envelopes off: %s", off);
