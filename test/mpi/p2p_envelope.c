@@ -195,6 +195,9 @@ int main(int argc, char **argv)
         for (flag = 0; !flag;) MPI_Request_get_status(r[0], &flag, &st);
         CHECK(st.MPI_TAG == 13 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 13) < 0,
               "Request_get_status of an envelope: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));
+        MPI_Request_get_status(r[0], &flag, &st); /* again: the same */
+        CHECK(flag && st.MPI_TAG == 13 && count_of(&st, MPI_INT) == BIG,
+              "a second Request_get_status of an envelope: flag %d tag %d count %d", flag, st.MPI_TAG, count_of(&st, MPI_INT));
         MPI_Wait(&r[0], &st);
         CHECK(r[0] == MPI_REQUEST_NULL && st.MPI_TAG == 13 && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 13) < 0,
               "Wait after Request_get_status: tag %d count %d", st.MPI_TAG, count_of(&st, MPI_INT));

@@ -387,13 +387,14 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
             st->MPI_SOURCE = it->second.em->got.MPI_SOURCE;
             st->MPI_TAG = it->second.em->got.MPI_TAG;
         }
-        if (it == table.end() || !it->second.active || it->second.copied) return 1;
-        it->second.copied = true;
+        if (it == table.end() || !it->second.active || (it->second.copied && !it->second.decode)) return 1;
         p = it->second;
+        it->second.copied = true;
     }
-    if (p.decode) {  // decoded now, and the completion reports what this reported
-        Decode *d = p.decode;
+    if (p.decode) {  // decoded by the first call that finds it complete; every later one, and the
+        Decode *d = p.decode;  // completion, report what that one did (the preset)
         *rc = env_finish(*d, st);
+        if (p.copied) return 1;
         d->preset = *st;
         d->preset_rc = *rc;
         d->has_preset = true;
