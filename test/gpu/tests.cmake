@@ -165,7 +165,7 @@ set_tests_properties(gpu_nocuda_np2 gpu_nocuda_np2_envelope PROPERTIES LABELS "g
 set_tests_properties(gpu_nocuda_np2 PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=off")
 set_tests_properties(gpu_nocuda_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device")
 
-# point-to-point envelopes with device payloads (work in progress, NCCLMPI_P2P_ENVELOPE=device):
+# point-to-point envelopes with device payloads, forced (NCCLMPI_P2P_ENVELOPE=device, from 4 KiB):
 # device sends of 4 KiB and more travel as envelopes pulled over CUDA IPC; the random matching
 # fuzzer, persistent requests and the neighbourhood collectives must behave as before
 foreach(np 2 3 4)

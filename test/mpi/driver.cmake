@@ -42,7 +42,7 @@ if(EXISTS "${STUB_DRIVER}")
   add_test(mpi_p2p_fuzz_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
   set_tests_properties(mpi_p2p_fuzz_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER}")
-  # point-to-point envelopes (work in progress, NCCLMPI_P2P_ENVELOPE=host): messages of 4 KiB and
+  # point-to-point envelopes in the host test mode (NCCLMPI_P2P_ENVELOPE=host): messages of 4 KiB and
   # more travel as envelopes; the point-to-point suites, the random matching fuzzer (probes,
   # wildcards, cancels, truncation) and the envelope corner cases must behave as plain MPI
   foreach(np 2 3)

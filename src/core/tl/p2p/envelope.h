@@ -1,4 +1,4 @@
-// ncclmpi: point-to-point envelopes (work in progress: NCCLMPI_P2P_ENVELOPE=device|host).
+// ncclmpi: point-to-point envelopes (NCCLMPI_P2P_ENVELOPE: auto, the default, device, host, off).
 //
 // A large message can travel as a small envelope through the real MPI (the user's communicator,
 // destination and tag, so matching, wildcards and the non-overtaking order stay the real MPI's)
