@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/cuda/cuda_api.h"
+#include "util/config.h"
 
 extern "C" {
 extern const unsigned char nm_kernels_fatbin[];  // src/gen/kernels_fatbin.c (tools/embed.py)
@@ -53,6 +54,11 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
     if (m.why.empty()) return m.fn;
     *why = m.why;
     return nullptr;
+}
+
+bool copyv_batchable(const void *dst, const void *src, size_t n)
+{
+    return n <= (size_t)nm_cfg.P2P_COPY_BATCH && (((uintptr_t)dst | (uintptr_t)src) & 15) == 0 && kernels_built();
 }
 
 // one launch of up to NM_COPYV_MAX regions

@@ -20,6 +20,10 @@ bool kernels_built();
 // The kernels' functions in context ctx (loaded at the first call), or null with *why.
 const CUfunction *kernels(CUcontext ctx, std::string *why);
 
+// Whether the copy kernel takes a copy of n bytes from src to dst into a batch (kernels built,
+// both ends 16-byte aligned, at most NCCLMPI_P2P_COPY_BATCH bytes); others go as driver copies.
+bool copyv_batchable(const void *dst, const void *src, size_t n);
+
 // n copies on stream s in the current context, which is ctx: nm_copyv launches of up to
 // NM_COPYV_MAX regions each (a region left alone, no kernels, or a launch refused: driver
 // copies). The first driver error is returned; copies issued before it stay queued.

@@ -437,12 +437,6 @@ static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc, cons
 // (2xH200: with one, a two-neighbour ring took 0.1x raw NCCL's time more than without batches).
 enum { COPIED_AT_CALL = 2 };
 
-// Whether a deferred device send's payload waits for the flush's copy kernel (copyv_abi.h).
-static bool batchable(const void *src, size_t bytes)
-{
-    return bytes <= (size_t)nm_cfg.P2P_COPY_BATCH && ((uintptr_t)src & 15) == 0 && kernels_built();
-}
-
 // The payloads of v's batched sends into their pool blocks: per device, copy-kernel launches on
 // the flushing thread's copy stream after the legacy stream's point at the last of these sends'
 // calls (so after the application's work queued before each call, but not after what it queued
@@ -545,7 +539,8 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     // the first two sends of a burst copy at their calls (their copies overlap what the caller
     // does until the flush: an exchange or a ring, which waits for those copies at once, is as
     // fast as without batches); the ones queued after them are copied together at the flush
-    if (later && d && h.wire && ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && batchable(src, bytes))
+    if (later && d && h.wire && ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL &&
+        copyv_batchable((const void *)(uintptr_t)(pools[dev].base + h.off), src, bytes))
         return defer(o, h, d, nullptr, rc, src);
     CUevent ev = nullptr;
     bool ok = d && h.wire && (!later || (ev = ev_get(d)));

@@ -342,7 +342,7 @@ bool stage_pull_async(void *dst, CUdeviceptr src, size_t n, CUstream stream)
     Lane *l = nullptr;
     for (auto &x : lanes)
         if (x.second->stream == stream) l = x.second;
-    if (!l || n > (size_t)nm_cfg.P2P_COPY_BATCH || ((uintptr_t)dst & 15) || (src & 15) || !kernels_built())
+    if (!l || !copyv_batchable(dst, (const void *)(uintptr_t)src, n))
         return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, stream) == CUDA_SUCCESS;
     if (!l->open) {
         l->open = new PullBatch;
