@@ -3,7 +3,10 @@
  * MPI_Wait (thread 0) or MPI_Irecv + MPI_Test loops (thread 1) and checks every element. With
  * point-to-point envelopes (NCCLMPI_P2P_ENVELOPE=host, NCCLMPI_P2P_ENVELOPE_MIN=1024) every
  * message is an envelope whose receive decodes it: a request the real MPI freed in one thread and
- * handed to the other at once must not get the other's decoding. Passes under plain MPI too. */
+ * handed to the other at once must not get the other's decoding. Every fourth message of a thread
+ * is received into half the room (MPI_ERR_TRUNCATE, errors returned), the threads' truncations
+ * interleaved: a failure must reach the Wait or Test of its own request, never the other thread's
+ * (whose request may have the handle the real MPI just freed). Passes under plain MPI too. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,15 +28,28 @@ static void *run(void *arg)
             MPI_Isend(buf, N, MPI_INT, 1, it & 1023, comms[t], &q);
             MPI_Wait(&q, MPI_STATUS_IGNORE);
         } else if (rank == 1) {
+            const int trunc = it % 4 == 1 + t;  /* this receive has room for half the message */
             for (int i = 0; i < N; i++) buf[i] = -1;
             MPI_Request q;
             MPI_Status st;
-            MPI_Irecv(buf, N, MPI_INT, 0, it & 1023, comms[t], &q);
+            MPI_Irecv(buf, trunc ? N / 2 : N, MPI_INT, 0, it & 1023, comms[t], &q);
+            int rc;
             if (t == 0) {
-                MPI_Wait(&q, &st);
+                rc = MPI_Wait(&q, &st);
             } else {
-                for (int done = 0; !done;) MPI_Test(&q, &done, &st);
+                int done = 0;
+                do rc = MPI_Test(&q, &done, &st);
+                while (rc == MPI_SUCCESS && !done);
             }
+            int cls = -1;
+            MPI_Error_class(rc, &cls);
+            if (cls != (trunc ? MPI_ERR_TRUNCATE : MPI_SUCCESS)) {
+                if (failures[t]++ < 5)
+                    fprintf(stderr, "[rank 1 thread %d] iteration %d: error class %d, expected %d\n", t, it, cls,
+                            trunc ? MPI_ERR_TRUNCATE : MPI_SUCCESS);
+                continue;
+            }
+            if (trunc) continue;
             int count = -1;
             MPI_Get_count(&st, MPI_INT, &count);
             int bad = count == N ? -1 : N;
@@ -59,7 +75,10 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 77;
     }
-    for (int t = 0; t < 2; t++) MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]);
+    for (int t = 0; t < 2; t++) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]);
+        MPI_Comm_set_errhandler(comms[t], MPI_ERRORS_RETURN);
+    }
     pthread_t th[2];
     for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, run, (void *)(long)t);
     for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);

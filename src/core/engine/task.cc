@@ -34,10 +34,13 @@ static std::mutex failed_mu;
 static std::unordered_map<MPI_Request, Failure> failed;
 static std::atomic<int> nfailed{0};  // its size, read without the lock
 // A Wait or Test wrapper copies the handles before the real MPI call (which sets completed ones to
-// MPI_REQUEST_NULL), then reports the failures of those it completed.
+// MPI_REQUEST_NULL), then reports the failures of those it completed. A failure is moved from the
+// table into the wrapper when the real MPI frees the request (free_fn, on the wrapper's thread,
+// inside its call): once freed, the handle may be given to another thread's new request, whose own
+// failure would then take the same key in the table.
 class Reporting;
 // (initial-exec: the library's TLS is static, as in dtype.cc; one load instead of __tls_get_addr)
-static thread_local const Reporting *reporting __attribute__((tls_model("initial-exec")));  // the innermost wrapper that reports
+static thread_local Reporting *reporting __attribute__((tls_model("initial-exec")));  // the innermost wrapper that reports
 class Reporting {
   public:
     Reporting(int n, const MPI_Request *reqs) : n_(n > 0 ? (size_t)n : 0), prev_(reporting)
@@ -46,16 +49,35 @@ class Reporting {
         else std::copy(reqs, reqs + n_, small_);
         reporting = this;
     }
-    ~Reporting() { reporting = prev_; }
+    ~Reporting()
+    {
+        reporting = prev_;
+        for (size_t i = 0; i < freed_.size(); i++)  // not asked for (the call's statuses were ignored)
+            __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    }
     MPI_Request before(int i) const { return data()[i]; }
     bool has(MPI_Request q) const { return std::find(data(), data() + n_, q) != data() + n_; }
+    void keep(MPI_Request q, const Failure &f) { freed_.emplace_back(q, f); }
+    // The failure of one of this call's requests that the real MPI freed, taken out.
+    bool take(MPI_Request q, Failure *f)
+    {
+        for (size_t i = 0; i < freed_.size(); i++)
+            if (freed_[i].first == q) {
+                *f = freed_[i].second;
+                freed_.erase(freed_.begin() + (long)i);
+                __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+                return true;
+            }
+        return false;
+    }
 
   private:
     const MPI_Request *data() const { return big_.empty() ? small_ : big_.data(); }
     size_t n_;
     MPI_Request small_[8];  // no allocation for the common few
     std::vector<MPI_Request> big_;
-    const Reporting *prev_;
+    std::vector<std::pair<MPI_Request, Failure>> freed_;  // empty unless a request failed
+    Reporting *prev_;
 };
 static std::vector<Task *> pending;  // published, not yet complete
 static std::vector<Task *> retired;  // complete, waiting for the user to free the request
@@ -183,8 +205,9 @@ void Task::complete(int mpi_rc)
     PMPI_Grequest_complete(greq_);
 }
 
-// The failure of a request that a wrapper just completed (its handle before the call), taken out.
-static bool take_failure(MPI_Request before, Failure *f)
+// The failure of a request, taken out of the table (its count of nm_hot.pending with it unless
+// `keep`: then it goes on into the wrapper that completes it).
+static bool take_failure(MPI_Request before, Failure *f, bool keep = false)
 {
     if (before == MPI_REQUEST_NULL || nfailed.load(std::memory_order_acquire) == 0) return false;
     std::lock_guard<std::mutex> g(failed_mu);
@@ -193,8 +216,14 @@ static bool take_failure(MPI_Request before, Failure *f)
     *f = it->second;
     failed.erase(it);
     nfailed.store((int)failed.size(), std::memory_order_release);
-    __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
+    if (!keep) __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
     return true;
+}
+
+// The failure of a request that wrapper `r` just completed (its handle before the call).
+static bool take_failure(Reporting &r, MPI_Request before, Failure *f)
+{
+    return r.take(before, f) || take_failure(before, f);
 }
 
 bool Task::poll(uint64_t sweep)
@@ -280,10 +309,12 @@ int Task::query_fn(void *extra, MPI_Status *status)
 int Task::free_fn(void *extra)
 {
     Task *t = static_cast<Task *>(extra);
-    // freed by anything but the wrapper completing it (MPI_Request_free): nobody will ask
-    if (t->mpi_rc_ != MPI_SUCCESS && !(reporting && reporting->has(t->greq_))) {
+    if (t->mpi_rc_ != MPI_SUCCESS) {
+        // freed by the wrapper completing it: the failure goes with it; by anything else
+        // (MPI_Request_free): nobody will ask
         Failure f;
-        take_failure(t->greq_, &f);
+        const bool mine = reporting && reporting->has(t->greq_);
+        if (take_failure(t->greq_, &f, mine) && mine) reporting->keep(t->greq_, f);
     }
     MtLock<std::recursive_mutex> g(tasks_mu);
     t->freed_ = true;
@@ -476,10 +507,10 @@ static int wait_loop(const char *call, Test test)
 // (Reporting, at the top, holds the handles a wrapper is completing)
 
 // One request completed (index i of the call's array): its failure, if any, as the call's result.
-static int report_one(const Reporting &r, int i, MPI_Status *st, int rc)
+static int report_one(Reporting &r, int i, MPI_Status *st, int rc)
 {
     Failure f;
-    if (rc != MPI_SUCCESS || i < 0 || !take_failure(r.before(i), &f)) return rc;
+    if (rc != MPI_SUCCESS || i < 0 || !take_failure(r, r.before(i), &f)) return rc;
     if (st != MPI_STATUS_IGNORE) st->MPI_ERROR = f.code;
     if (!f.reported) PMPI_Comm_call_errhandler(f.comm, f.code);
     return f.code;
@@ -489,7 +520,7 @@ static int report_one(const Reporting &r, int i, MPI_Status *st, int rc)
 // failed, each status's MPI_ERROR set, the first failure's communicator's handler called.
 // (rc MPI_ERR_IN_STATUS: another request failed; those the call left pending keep their failures
 // for a later call, and where statuses are ignored, which ones completed is not known)
-static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *sts, int rc)
+static int report_many(Reporting &r, int m, const int *idx, MPI_Status *sts, int rc)
 {
     const bool in_status = rc == MPI_ERR_IN_STATUS;
     if ((rc != MPI_SUCCESS && !in_status) || m == MPI_UNDEFINED || (in_status && sts == MPI_STATUSES_IGNORE)) return rc;
@@ -498,7 +529,7 @@ static int report_many(const Reporting &r, int m, const int *idx, MPI_Status *st
     for (int k = 0; k < m; k++) {
         if (in_status && sts[k].MPI_ERROR == MPI_ERR_PENDING) continue;
         Failure f;
-        const bool bad = take_failure(r.before(idx ? idx[k] : k), &f);
+        const bool bad = take_failure(r, r.before(idx ? idx[k] : k), &f);
         if (bad && first == MPI_COMM_NULL && !f.reported) first = f.comm;
         any_bad |= bad;
         if (sts != MPI_STATUSES_IGNORE && (bad || !in_status)) sts[k].MPI_ERROR = bad ? f.code : MPI_SUCCESS;
