@@ -9,6 +9,9 @@
  *            iprobe     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF)    (PASS path)
  *            wait       MPI_Wait on MPI_REQUEST_NULL                              (WAIT path)
  *            sendrecv   MPI_Sendrecv of 1 MPI_INT to the rank itself on MPI_COMM_SELF (DATA path)
+ *            irecv      MPI_Irecv of 1 MPI_INT from the rank itself, MPI_Send to it, MPI_Wait
+ *            sendrecv1k, irecv1k  the same with 256 MPI_INT (1 KiB: with point-to-point envelopes
+ *                       on, a receive with room for an envelope, which decodes what it gets)
  *            all        each of the above in turn (default)
  *     --time  also time the N calls with clock_gettime and print ns/call per kind
  *
@@ -29,9 +32,12 @@
 #include <string.h>
 #include <time.h>
 
-enum { K_ALLREDUCE, K_SEND, K_TEST, K_IPROBE, K_WAIT, K_SENDRECV, K_IRECV, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"allreduce", "send", "test", "iprobe", "wait", "sendrecv", "irecv"};
-static const char *const kind_fn[K_COUNT] = {"Allreduce", "Send", "Test", "Iprobe", "Wait", "Sendrecv", "Irecv"};
+enum { K_ALLREDUCE, K_SEND, K_TEST, K_IPROBE, K_WAIT, K_SENDRECV, K_IRECV, K_SENDRECV1K, K_IRECV1K, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "send",  "test",       "iprobe", "wait",
+                                               "sendrecv",  "irecv", "sendrecv1k", "irecv1k"};
+static const char *const kind_fn[K_COUNT] = {"Allreduce", "Send", "Test", "Iprobe", "Wait", "Sendrecv", "Irecv", "Sendrecv", "Irecv"};
+enum { BIG = 256 };
+static int big_in[BIG], big_out[BIG];
 
 /* the layout of ncclmpi_stats_t (include/ncclmpi.h), repeated so the program needs no ncclmpi */
 typedef struct {
@@ -75,6 +81,24 @@ __attribute__((noinline)) void hb_loop(int kind, long n)
             if (MPI_Sendrecv(&in, 1, MPI_INT, 0, 0, &out, 1, MPI_INT, 0, 0, MPI_COMM_SELF, MPI_STATUS_IGNORE) != MPI_SUCCESS)
                 hb_errors++;
         break;
+    case K_SENDRECV1K:
+        for (long i = 0; i < n; i++) {
+            big_out[BIG - 1] = 0;
+            if (MPI_Sendrecv(big_in, BIG, MPI_INT, 0, 0, big_out, BIG, MPI_INT, 0, 0, MPI_COMM_SELF, MPI_STATUS_IGNORE) !=
+                    MPI_SUCCESS ||
+                big_out[BIG - 1] != BIG)
+                hb_errors++;
+        }
+        break;
+    case K_IRECV1K:
+        for (long i = 0; i < n; i++) {
+            big_out[BIG - 1] = 0;
+            if (MPI_Irecv(big_out, BIG, MPI_INT, 0, 0, MPI_COMM_SELF, &req) != MPI_SUCCESS ||
+                MPI_Send(big_in, BIG, MPI_INT, 0, 0, MPI_COMM_SELF) != MPI_SUCCESS || MPI_Wait(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+                big_out[BIG - 1] != BIG)
+                hb_errors++;
+        }
+        break;
     case K_IRECV: /* MPI_Irecv from the rank itself, MPI_Send to it, MPI_Wait: the three calls */
         for (long i = 0; i < n; i++) {
             out = 0;
@@ -97,7 +121,7 @@ static double now_ns(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: host_overhead N [allreduce|send|test|iprobe|wait|sendrecv|irecv|all] [--time]\n");
+    fprintf(stderr, "usage: host_overhead N [allreduce|send|test|iprobe|wait|sendrecv|irecv|sendrecv1k|irecv1k|all] [--time]\n");
     exit(2);
 }
 
@@ -121,6 +145,7 @@ int main(int argc, char **argv)
     }
     if (n < 0) usage();
 
+    for (int i = 0; i < BIG; i++) big_in[i] = i + 1;
     MPI_Init(&argc, &argv);
     int (*get_stats)(const char *, hb_stats_t *) =
         (int (*)(const char *, hb_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");

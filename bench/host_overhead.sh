@@ -13,7 +13,8 @@
 #    without and with the preload (alternating), median ns/call of each.
 #
 # Environment: KINDS (default "allreduce send test iprobe wait"; also sendrecv, and irecv: an
-#   MPI_Irecv + MPI_Send + MPI_Wait to the rank itself, per iteration), LIMIT (150), TIME_N (1000000),
+#   MPI_Irecv + MPI_Send + MPI_Wait to the rank itself, per iteration; sendrecv1k and irecv1k: the
+#   same with 1 KiB, where a receive with envelopes on has room for an envelope), LIMIT (150), TIME_N (1000000),
 #   TIME_RUNS (5), NO_TIME=1 skips the timing, KEEP=1 keeps the callgrind files.
 # Exit status: 0 when every kind adds <= LIMIT instructions per call, 1 when one adds more,
 #   2 on a usage or setup error (missing valgrind, program not built, preload not effective).

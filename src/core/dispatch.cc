@@ -343,11 +343,13 @@ static int envelope_recv(nm_op_t *o, Stage *s, int *rc)
 enum Enter { ENTER_PMPI = 0, ENTER_DONE = 1, ENTER_REAL = 2 };
 
 // NCCLMPI_P2P_ENVELOPE: a host send may go as an envelope (DONE, *rc its result); a host receive
-// may get one, so real_done() decodes what it got (REAL). cs: o's communicator's state (null for
-// MPI_Mrecv); scratch: room for a Decode in the caller's frame, used by a blocking receive (no
-// allocation).
-int envelope_host(nm_op_t *o, const CommState *cs, int *rc, void *scratch = nullptr)
+// may get one, so real_done() decodes what it got (REAL). x: o's context (x.cs: its communicator's
+// state, null for MPI_Mrecv); scratch: room for a Decode in the caller's frame, used by a blocking
+// receive (no allocation).
+// (A receive too small for an envelope never comes here: env_receive_exempt.)
+int envelope_host(nm_op_t *o, const OpCtx &x, int *rc, void *scratch = nullptr)
 {
+    const CommState *cs = x.cs;
     if (o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS)) {
         if (env_send(o, rc)) return ENTER_DONE;
         env_flush_sends();  // sent as it is: the queued envelopes go first
@@ -359,7 +361,7 @@ int envelope_host(nm_op_t *o, const CommState *cs, int *rc, void *scratch = null
     // (a matched message carries its communicator: packing and errors use MPI_COMM_WORLD's)
     const bool here = scratch && !(o->flags & NM_OPF_NB);
     const Decode init{o->rbuf, o->rcount, o->rtype, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
-    Decode *d = here ? new (scratch) Decode(init) : new Decode(init);
+    Decode *d = here ? new (scratch) Decode(init) : decode_new(init);
     if (!(o->flags & NM_OPF_NB) && o->status == MPI_STATUS_IGNORE) o->status = &d->status;
     o->stage = reinterpret_cast<struct nm_stage *>(d);
     o->flags |= NM_OPF_DECODE | (here ? NM_OPF_DECODE_CALLER : 0);
@@ -430,11 +432,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
         if (!env_on()) return ENTER_PMPI;
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) && !keeps_queued_envelopes(o)) nm_flush();
+        if (env_receive_exempt(o)) return ENTER_PMPI;
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
         NM_COUNT_ROUTE(o->fn, NCCLMPI_ROUTE_HOST);
-        return envelope_host(o, cs, rc, scratch);
+        return envelope_host(o, x, rc, scratch);
     }
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
@@ -495,8 +498,8 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
-        if (NM_UNLIKELY(env_on())) {
-            const int e = envelope_host(o, cs, rc, scratch);
+        if (NM_UNLIKELY(env_on()) && !env_receive_exempt(o)) {
+            const int e = envelope_host(o, x, rc, scratch);
             return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
         }
         return op_replaced ? ENTER_REAL : ENTER_PMPI;
@@ -567,7 +570,7 @@ int real_done(nm_op_t *o, int rc)
         const bool caller = o->flags & NM_OPF_DECODE_CALLER;  // (in nm_enter's frame: not freed)
         auto drop = [caller](Decode *x) {
             if (caller) x->~Decode();
-            else delete x;
+            else decode_free(x);
         };
         o->flags &= ~(NM_OPF_DECODE | NM_OPF_DECODE_CALLER);
         o->stage = nullptr;
@@ -623,7 +626,8 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     // the real MPI at depth 0, as the wrapper's own call would be (a user op or error handler
     // that calls MPI inside it is seen as usual), then the copy back or the decode; a blocking
     // call is watched while it waits there
-    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS));
+    // (a host receive that only decodes is the real MPI's own wait, not watched, as host calls are not)
+    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
     if (watch)
         nm_wd_begin(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? staged_wait : "in the real MPI");
     *rc = real_done(o, nm_real_fns[o->fn](o));

@@ -10,7 +10,10 @@
  *   - nonblocking receives of envelopes (their requests are the real MPI's, decoded when they
  *     complete): MPI_Request_get_status before MPI_Wait, MPI_Request_free while active,
  *     MPI_Waitany and MPI_Testsome without statuses, a truncation in MPI_Waitall
- *     (MPI_ERR_IN_STATUS), MPI_Cancel of an unmatched one.
+ *     (MPI_ERR_IN_STATUS), MPI_Cancel of an unmatched one;
+ *   - receives with room for fewer bytes than an envelope (which ncclmpi leaves to the real MPI):
+ *     an envelope there is MPI_ERR_TRUNCATE, blocking and not, and the next message of the same
+ *     tag, that fits, still arrives intact.
  * Every message's bytes and status are checked. Runs without envelopes too (plain MPI semantics).
  */
 #include <mpi.h>
@@ -100,6 +103,11 @@ int main(int argc, char **argv)
             MPI_Isend(nb[k], 13 + k == 15 ? 1 : BIG, MPI_INT, 1, 13 + k, c, &q[nq++]);
         }
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
+        /* 9. into receives too small for an envelope (tags 21, 22), then one that fits (tag 21) */
+        fill(a, BIG, 21);
+        MPI_Send(a, BIG, MPI_INT, 1, 21, c);
+        MPI_Send(a, BIG, MPI_INT, 1, 22, c);
+        MPI_Send(a, 8, MPI_INT, 1, 21, c);
         for (int k = 0; k < 8; k++) free(nb[k]);
         for (int k = 0; k < 6; k++) free(bufs[k]);
     } else if (size >= 2 && rank == 1) {
@@ -248,6 +256,19 @@ int main(int argc, char **argv)
               check_ints(g[0], BIG, 20) < 0 && count_of(&sts[1], MPI_INT) == BIG,
               "Waitall with a truncated envelope: rc %d, classes %d %d, count %d, element %d", rc, c0, c1, count_of(&sts[1], MPI_INT), check_ints(g[0], BIG, 20));
         for (int k = 0; k < 3; k++) free(g[k]);
+        /* 9. an envelope into a receive with room for 32 bytes: too long, blocking and not */
+        int small[8 + 4];
+        rc = MPI_Recv(small, 8, MPI_INT, 0, 21, c, &st);
+        MPI_Error_class(rc, &c0);
+        CHECK(c0 == MPI_ERR_TRUNCATE, "a 20000-byte message into 32 bytes (blocking): class %d", c0);
+        MPI_Irecv(small, 8, MPI_INT, 0, 22, c, &r[0]);
+        rc = MPI_Wait(&r[0], &st);
+        MPI_Error_class(rc, &c0);
+        CHECK(c0 == MPI_ERR_TRUNCATE, "a 20000-byte message into 32 bytes (MPI_Irecv): class %d", c0);
+        for (int i = 0; i < 12; i++) small[i] = -1;
+        rc = MPI_Recv(small, 8, MPI_INT, 0, 21, c, &st);
+        CHECK(rc == MPI_SUCCESS && check_ints(small, 8, 21) < 0 && small[8] == -1 && count_of(&st, MPI_INT) == 8,
+              "the 32-byte message after them: rc %d, count %d, element %d", rc, count_of(&st, MPI_INT), check_ints(small, 8, 21));
         /* 8e. cancelled before any message matched it */
         MPI_Irecv(b, BIG, MPI_INT, 0, 99, c, &r[0]);
         MPI_Cancel(&r[0]);

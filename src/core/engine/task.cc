@@ -133,7 +133,7 @@ Task *Task::get(const nm_op_t *o)
 void Task::recycle()
 {
     if (stage_) stage_release(stage_);
-    delete decode_;
+    decode_free(decode_);
     decode_ = nullptr;
     fn_ = kind_ = 0;
     comm_ = MPI_COMM_NULL;

@@ -23,6 +23,7 @@
 #include "core/cuda/kernels.h"
 #include "core/cuda/memkind.h"
 #include "core/dtype/dtype.h"
+#include "core/engine/engine.h"
 #include "core/engine/task.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
@@ -625,6 +626,19 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
     return e.bytes > cap ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 }
 
+// The bytes a status counts. Open MPI keeps them in the status itself (its public struct, the same
+// since 1.x): read there, as the real MPI_Get_elements_x would, without a call (every receive on
+// a communicator that may carry envelopes asks); elsewhere, through the real MPI.
+static inline MPI_Count status_bytes(const MPI_Status *st)
+{
+#if defined(OPEN_MPI) && OPEN_MPI
+    return (MPI_Count)st->_ucount;
+#else
+    MPI_Count n = MPI_UNDEFINED;
+    return PMPI_Get_elements_x(st, MPI_BYTE, &n) == MPI_SUCCESS ? n : MPI_UNDEFINED;
+#endif
+}
+
 static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, MPI_Status *st, void *dev_at = nullptr,
                      bool *direct = nullptr, CUstream stream = nullptr, EnvRelease *later = nullptr)
 {
@@ -636,10 +650,10 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
         PMPI_Status_set_elements_x(st, MPI_BYTE, c);
         return d->preset_rc;
     }
-    MPI_Count got = MPI_UNDEFINED;
     int cancelled = 0;
+    if (status_bytes(st) != NM_ENV_WIRE) return MPI_SUCCESS;
     PMPI_Test_cancelled(st, &cancelled);
-    if (cancelled || PMPI_Get_elements_x(st, MPI_BYTE, &got) != MPI_SUCCESS || got != NM_ENV_WIRE) return MPI_SUCCESS;
+    if (cancelled) return MPI_SUCCESS;
     char wire[NM_ENV_WIRE + 3];
     if (contiguous) {
         memcpy(wire, span, NM_ENV_WIRE);
@@ -696,11 +710,25 @@ static int deliver(Entry &e, void *buf, int count, MPI_Datatype type, MPI_Comm c
     return rc;
 }
 
+static FreeList<Decode> decode_pool;
+
+Decode *decode_new(const Decode &init)
+{
+    Decode *d = decode_pool.get();
+    *d = init;
+    return d;
+}
+
+void decode_free(Decode *d)
+{
+    if (d) decode_pool.put(d);
+}
+
 int env_finish(const Decode &d, MPI_Status *st)
 {
     if (!nm_env_active || !st || st == MPI_STATUS_IGNORE) return MPI_SUCCESS;
-    MPI_Count got = MPI_UNDEFINED;  // (most messages are not of the envelope's size: nothing more to do)
-    if (!d.has_preset && (PMPI_Get_elements_x(st, MPI_BYTE, &got) != MPI_SUCCESS || got != NM_ENV_WIRE)) return MPI_SUCCESS;
+    // (most messages are not of the envelope's size: nothing more to do)
+    if (!d.has_preset && status_bytes(st) != NM_ENV_WIRE) return MPI_SUCCESS;
     const DtypeInfo *di = dtype_info(d.type);
     if (!di || d.count <= 0) return MPI_SUCCESS;
     MPI_Aint lo = 0, hi = 0;
@@ -764,7 +792,8 @@ void env_drain()
             std::lock_guard<std::mutex> g(mu);
             if ((held.empty() && releases.empty()) || nm_now_s() - t0 > 2.0) {
                 if (!held.empty())
-                    NM_WARN(CALL, "MPI_Finalize: %zu point-to-point payload(s) never received", held.size());
+                    NM_WARN(CALL, "MPI_Finalize: %zu point-to-point payload(s) never received (or received with "
+                            "MPI_ERR_TRUNCATE into a buffer too small for them)", held.size());
                 return;
             }
         }
@@ -876,6 +905,14 @@ int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_R
     return 0;
 }
 
+bool env_receive_exempt(const nm_op_t *o)
+{
+    if ((o->flags & NM_OPF_PERS) || o->rcount < 0 || queued.load(std::memory_order_acquire) != 0) return false;
+    if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_SENDRECV && o->kind != NM_OPK_SENDRECV_REPLACE) return false;
+    const DtypeInfo *rd = dtype_info(o->rtype);  // (null for an invalid type: the real MPI reports it)
+    return rd && (uint64_t)o->rcount * rd->size < NM_ENV_WIRE;
+}
+
 int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
 {
     Entry e;
@@ -919,7 +956,7 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
         if (r == MPI_SUCCESS) r = s2;
     }
     if (nb) {  // a request that completes at once with this status
-        Decode *d = new Decode{o->rbuf, o->rcount, o->rtype, comm, {}};
+        Decode *d = decode_new(Decode{o->rbuf, o->rcount, o->rtype, comm, {}});
         d->has_preset = true;
         d->preset = st;
         d->preset_rc = r;

@@ -72,6 +72,13 @@ bool env_send_defers(const nm_op_t *o);
 void env_flush_sends();
 bool env_device();
 
+// A receive with room for fewer bytes than an envelope (not persistent, not of a matched message,
+// while no probe holds messages back): it has nothing to decode, since an envelope sent to it is
+// too long for it, which the real MPI reports itself (MPI_ERR_TRUNCATE, as for any message too
+// long; the sender's payload is then freed at MPI_Finalize). Such a receive goes straight to the
+// real MPI.
+bool env_receive_exempt(const nm_op_t *o);
+
 // A receive that may have got an envelope: what it needs after the real MPI completed it.
 struct Decode {
     void *buf;
@@ -83,6 +90,9 @@ struct Decode {
     MPI_Status preset;
     int preset_rc = MPI_SUCCESS;
 };
+// Decoding states come from a pool (one per nonblocking host receive: no allocation per call).
+Decode *decode_new(const Decode &init);
+void decode_free(Decode *d);  // (null: nothing)
 // The message that landed in d's buffer with status *st: when it is an envelope, its payload is
 // pulled into the buffer and *st counts the payload. Returns an MPI code (MPI_ERR_TRUNCATE when
 // the payload does not fit; MPI_ERR_OTHER when it cannot be pulled).

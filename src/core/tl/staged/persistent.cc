@@ -6,7 +6,6 @@
 #include <atomic>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/engine/engine.h"
@@ -14,6 +13,7 @@
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
+#include "util/handle_map.h"
 #include "util/log.h"
 
 namespace ncclmpi {
@@ -45,7 +45,7 @@ struct Pers {
 };
 
 std::mutex mu;  // (taken only under MPI_THREAD_MULTIPLE: MtLock)
-std::unordered_map<MPI_Request, Pers> table;
+HandleMap<MPI_Request, Pers> table(MPI_REQUEST_NULL);
 std::atomic<int> registered{0};  // table's size, read without the lock (most calls find none)
 std::atomic<int> ndetached{0};   // detached's size, likewise
 std::atomic<int> nemul{0};       // the table's emulated receives (pers_progress moves them along)
@@ -102,7 +102,7 @@ void release(Pers &p)
         delete p.em;
     }
     if (p.stage) stage_release(p.stage);
-    delete p.decode;
+    decode_free(p.decode);
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
 }
 
@@ -145,7 +145,7 @@ bool pers_owns(int n, const MPI_Request *reqs)
     if (registered.load(std::memory_order_acquire) == 0) return false;
     MtLock<std::mutex> g(mu);
     for (int i = 0; i < n; i++)
-        if (reqs[i] != MPI_REQUEST_NULL && table.count(reqs[i])) return true;
+        if (table.find(reqs[i])) return true;
     return false;
 }
 
@@ -155,12 +155,12 @@ int pers_start(int n, const MPI_Request *reqs)
         Stage *s = nullptr;
         {
             MtLock<std::mutex> g(mu);
-            auto it = table.find(reqs[i]);
-            if (it == table.end()) continue;
-            it->second.active = true;
-            it->second.copied = false;
-            s = it->second.stage;
-            if (Emul *em = it->second.em) {  // ncclmpi's receive on the application's communicator
+            Pers *it = table.find(reqs[i]);
+            if (!it) continue;
+            it->active = true;
+            it->copied = false;
+            s = it->stage;
+            if (Emul *em = it->em) {  // ncclmpi's receive on the application's communicator
                 if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);  // the last one's
                 MPI_Status st;
                 int rc = MPI_SUCCESS;
@@ -183,25 +183,25 @@ int pers_completed(MPI_Request req, MPI_Status *st, bool gone)
     Pers p{};
     {
         MtLock<std::mutex> g(mu);
-        auto it = table.find(req);
-        if (it == table.end() || !it->second.active) return MPI_SUCCESS;
-        if (it->second.decode) {  // one completion: the entry goes with the request
+        Pers *it = table.find(req);
+        if (!it || !it->active) return MPI_SUCCESS;
+        if (it->decode) {  // one completion: the entry goes with the request
             if (!gone) return MPI_SUCCESS;
-            p = it->second;
-            table.erase(it);
+            p = *it;
+            table.erase(req);
             registered.store((int)table.size(), std::memory_order_release);
         } else {
             if (!st) return MPI_SUCCESS;  // failed: nothing to copy back
-            it->second.active = false;
-            if (Emul *em = it->second.em) {  // the status of what ncclmpi's receive got
+            it->active = false;
+            if (Emul *em = it->em) {  // the status of what ncclmpi's receive got
                 if (st != MPI_STATUS_IGNORE) {
                     st->MPI_SOURCE = em->got.MPI_SOURCE;
                     st->MPI_TAG = em->got.MPI_TAG;
                 }
                 if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);
             }
-            if (it->second.copied) return MPI_SUCCESS;
-            p = it->second;
+            if (it->copied) return MPI_SUCCESS;
+            p = *it;
         }
     }
     return p.decode ? decode_done(p, st) : copy_back(p, st);
@@ -235,9 +235,9 @@ int pers_cancel(MPI_Request req, int *rc)
     Emul *em = nullptr;
     {
         MtLock<std::mutex> g(mu);
-        auto it = table.find(req);
-        if (it == table.end() || !it->second.em) return 0;
-        em = it->second.em;
+        Pers *it = table.find(req);
+        if (!it || !it->em) return 0;
+        em = it->em;
     }
     if (em->inner == MPI_REQUEST_NULL) return 0;  // its message came: the cancel fails, as MPI allows
     MPI_Status st;
@@ -259,10 +259,10 @@ int pers_cancel(MPI_Request req, int *rc)
 int pers_free(MPI_Request *req, int *rc)
 {
     std::unique_lock<std::mutex> g(mu);
-    auto it = table.find(*req);
-    if (it == table.end()) return 0;
-    Pers p = it->second;
-    table.erase(it);
+    Pers *it = table.find(*req);
+    if (!it) return 0;
+    Pers p = *it;
+    table.erase(*req);
     registered.store((int)table.size(), std::memory_order_release);
     if (p.em) nemul.fetch_sub(1, std::memory_order_relaxed);
     if (p.active) {  // completes in the background: tested by pers_progress, then freed
@@ -291,8 +291,9 @@ void pers_progress()
         std::unique_lock<std::mutex> g(mu, std::try_to_lock);
         if (!g.owns_lock()) return;
         if (nemul.load(std::memory_order_relaxed))  // (most entries are not: not looked through)
-            for (auto &kv : table)
-                if (kv.second.active) em_progress(kv.second.em);
+            table.for_each([](MPI_Request, Pers &e) {
+                if (e.active) em_progress(e.em);
+            });
         for (auto &d : detached) em_progress(d.second.em);
         if (detached.empty()) return;
         for (size_t i = 0; i < detached.size();) {
@@ -382,14 +383,14 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
     Pers p{};
     {
         MtLock<std::mutex> g(mu);
-        auto it = table.find(request);
-        if (it != table.end() && it->second.active && it->second.em) {
-            st->MPI_SOURCE = it->second.em->got.MPI_SOURCE;
-            st->MPI_TAG = it->second.em->got.MPI_TAG;
+        Pers *it = table.find(request);
+        if (it && it->active && it->em) {
+            st->MPI_SOURCE = it->em->got.MPI_SOURCE;
+            st->MPI_TAG = it->em->got.MPI_TAG;
         }
-        if (it == table.end() || !it->second.active || (it->second.copied && !it->second.decode)) return 1;
-        p = it->second;
-        it->second.copied = true;
+        if (!it || !it->active || (it->copied && !it->decode)) return 1;
+        p = *it;
+        it->copied = true;
     }
     if (p.decode) {  // decoded by the first call that finds it complete; every later one, and the
         Decode *d = p.decode;  // completion, report what that one did (the preset)

@@ -313,7 +313,7 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
             o->kind != NM_OPK_SENDRECV_REPLACE) {
             if (o->status == MPI_STATUS_IGNORE) o->status = &s->status;
             PMPI_Type_dup(o->rtype, &s->rtype_dup);
-            s->decode = new Decode{shadow, o->rcount, s->rtype_dup, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}};
+            s->decode = decode_new(Decode{shadow, o->rcount, s->rtype_dup, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}});
         }
         if (b[i].is_recv) o->rbuf = shadow;
         else o->sbuf = shadow;
@@ -333,7 +333,7 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
 
 void stage_set_decode(Stage *s, Decode *d)
 {
-    delete s->decode;
+    decode_free(s->decode);
     s->decode = d;
 }
 
@@ -656,7 +656,7 @@ void stage_release(Stage *s)
 {
     if (s->done_ev || s->batch) stage_finish_poll(s, true);  // (a copy back still running: never under way past here)
     for (int i = 0; i < s->n; i++) pinned_put(s->r[i].host, s->r[i].cls);
-    delete s->decode;
+    decode_free(s->decode);
     if (s->rtype_dup != MPI_DATATYPE_NULL) PMPI_Type_free(&s->rtype_dup);
     delete s;
 }
