@@ -43,6 +43,26 @@ int main(int argc, char **argv)
     qsort(t, 7, sizeof(double), bench_cmp_double);
     printf("classify_cost: host buffers, CUDA initialised: MPI_Send(PROC_NULL) %.1f ns/call, "
            "MPI_Allreduce(1 int, COMM_SELF) %.1f ns/call (median of 7)\n", send_ns, t[3]);
+    /* MPI_Allreduce(1 int, COMM_SELF) with both buffers in one place: ncclmpi knows the first
+     * three are host memory without asking the driver (NCCLMPI_HOST_RANGES) and asks about the
+     * large malloc (mapped memory). (MPI_Send to MPI_PROC_NULL has no buffer to classify.) */
+    static int in_static[4];
+    int on_stack[4] = {1, 0, 0, 0};
+    int *small = malloc(16), *large = malloc(4 << 20);
+    small[0] = large[0] = in_static[0] = 1;
+    int *const where[] = {on_stack, in_static, small, large};
+    const char *const what[] = {"stack", "static", "small malloc", "large malloc"};
+    for (int w = 0; w < 4; w++) {
+        for (int rep = 0; rep < 7; rep++) {
+            double t0 = bench_now();
+            for (long i = 0; i < n / 10; i++) MPI_Allreduce(where[w], where[w] + 1, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
+            t[rep] = (bench_now() - t0) / (n / 10) * 1e9;
+        }
+        qsort(t, 7, sizeof(double), bench_cmp_double);
+        printf("classify_cost: MPI_Allreduce(1 int, COMM_SELF), buffers in %-12s %.1f ns/call\n", what[w], t[3]);
+    }
+    free(small);
+    free(large);
     /* the floor: one driver pointer query, host and device pointers */
     typedef CUresult (*pga_t)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
     pga_t pga = (pga_t)dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "cuPointerGetAttributes");

@@ -145,6 +145,8 @@ np=$ngpu
   echo "== classify cost (1 rank): without / with libncclmpi"
   ./bench/classify_cost 1000000
   LD_PRELOAD=$lib ./bench/classify_cost 1000000
+  echo "== classify cost with NCCLMPI_HOST_RANGES=0 (every buffer asked of the driver)"
+  NCCLMPI_HOST_RANGES=0 LD_PRELOAD=$lib ./bench/classify_cost 1000000
 } > "$OUT/bench.txt" 2>&1
 python3 "$repo/bench/plot.py" "$OUT/bench.png" "$OUT"/bench_np*.csv >> "$OUT/bench.txt" 2>&1 || true
 cat "$OUT/bench.txt"

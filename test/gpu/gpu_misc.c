@@ -117,6 +117,42 @@ static void test_memory_kinds(int distinct)
                   after.route[NCCLMPI_ROUTE_STAGED] == before.route[NCCLMPI_ROUTE_STAGED] && after.oneshot == before.oneshot,
               "pinned memory must take the host route");
     cudaFreeHost(p);
+    /* host memory where ncclmpi knows it without asking the driver (the caller's stack, malloc's
+     * heap, static data; NCCLMPI_HOST_RANGES) and where it asks (a large malloc, which is mapped;
+     * heap memory registered with cudaHostRegister): each the host route, each the right sum */
+    static int in_static[2 * 64];
+    int on_stack[2 * 64];
+    int *small = malloc(2 * 64 * sizeof(int));           /* the program break's range */
+    int *large = malloc(2 * 1048576 * sizeof(int));      /* mapped (beyond malloc's mmap threshold) */
+    int *registered = malloc(2 * 64 * sizeof(int));
+    CUDACHECK(cudaHostRegister(registered, 2 * 64 * sizeof(int), cudaHostRegisterDefault));
+    struct {
+        int *b;
+        int cnt;
+        const char *what;
+    } hosts[] = {{on_stack, 64, "stack"}, {small, 64, "small malloc"}, {in_static, 64, "static"},
+                 {large, 1048576, "large malloc"}, {registered, 64, "cudaHostRegister'ed"}};
+    for (int k = 0; k < 5; k++) {
+        int *b = hosts[k].b, cnt = hosts[k].cnt;
+        for (int i = 0; i < cnt; i++) {
+            b[i] = rank * 3 + i + k;
+            b[cnt + i] = -7;
+        }
+        before = gpu_stats("Allreduce");
+        MPI_Allreduce(b, b + cnt, cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        after = gpu_stats("Allreduce");
+        int bad = -1;
+        for (int i = 0; i < cnt && bad < 0; i++)
+            if (b[cnt + i] != 3 * size * (size - 1) / 2 + size * (i + k)) bad = i;
+        CHECK(bad < 0, "%s Allreduce element %d = %d", hosts[k].what, bad, bad < 0 ? 0 : b[cnt + bad]);
+        if (before.calls != (unsigned long long)-1)
+            CHECK(after.route[NCCLMPI_ROUTE_HOST] == before.route[NCCLMPI_ROUTE_HOST] + 1, "%s memory must take the host route",
+                  hosts[k].what);
+    }
+    CUDACHECK(cudaHostUnregister(registered));
+    free(registered);
+    free(large);
+    free(small);
 }
 
 /* NCCLMPI_AGREE=1: even ranks pass host buffers, odd ranks device buffers, in one Allreduce */

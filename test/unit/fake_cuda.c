@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -55,6 +56,14 @@ enum { NALLOC = 4096 };
 static struct { uintptr_t p; size_t n; int host; } allocs[NALLOC];
 static int nused;  /* slots below it have been used */
 
+/* Memory of the stand-in is mapped, as the real driver's is: never in malloc's heap or on a stack,
+ * where ncclmpi knows host memory without asking (NCCLMPI_HOST_RANGES). */
+static void *map_zeroed(size_t n)
+{
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static CUresult track(void *p, size_t n, int host)
 {
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -66,7 +75,7 @@ static CUresult track(void *p, size_t n, int host)
             if (i >= nused) nused = i + 1;
             return CUDA_SUCCESS;
         }
-    free(p);
+    munmap(p, n ? n : 1);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 static void untrack(uintptr_t p)
@@ -74,7 +83,7 @@ static void untrack(uintptr_t p)
     for (int i = 0; i < NALLOC; i++)
         if (allocs[i].p == p) {
             allocs[i].p = 0;
-            free((void *)p);
+            munmap((void *)p, allocs[i].n);
             return;
         }
 }
@@ -87,8 +96,10 @@ static int lookup(uintptr_t p)
     return -1;
 }
 
+EXPORT unsigned long fake_cuda_pointer_queries; /* cuPointerGetAttributes calls (test/unit/host_ranges.sh) */
 EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **vals, CUdeviceptr p)
 {
+    fake_cuda_pointer_queries++;
     int i = lookup((uintptr_t)p);
     for (unsigned k = 0; k < n; k++) {
         switch (attrs[k]) {
@@ -104,7 +115,7 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, v
 }
 EXPORT CUresult cuMemAlloc(CUdeviceptr *p, size_t n)
 {
-    void *q = calloc(1, n ? n : 1);
+    void *q = map_zeroed(n);
     *p = (CUdeviceptr)q;
     return track(q, n, 0);
 }
@@ -113,7 +124,7 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s;
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return cuMemFree(p); }
 EXPORT CUresult cuMemAllocHost(void **p, size_t n)
 {
-    *p = calloc(1, n ? n : 1);
+    *p = map_zeroed(n);
     return track(*p, n, 1);
 }
 EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cuMemAllocHost(p, n); }

@@ -21,6 +21,8 @@ set_tests_properties(unit_nvtx PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_C
 add_test(unit_trace sh "${S}/test/unit/trace.sh" "${B}")
 set_tests_properties(unit_trace PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
 # a device call waiting for a late peer is named after NCCLMPI_WARN_AFTER seconds (stand-in driver)
+add_test(unit_host_ranges sh "${S}/test/unit/host_ranges.sh" "${B}")
+set_tests_properties(unit_host_ranges PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
 add_test(unit_watchdog sh "${S}/test/unit/watchdog.sh" "${B}")
 set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
 # where ncclmpi orders its work after the application's (events on the legacy stream, counted by

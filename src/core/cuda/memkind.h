@@ -10,6 +10,9 @@ extern "C" {
 /* Kind of the memory at p (NULL, MPI_IN_PLACE, MPI_BOTTOM: host). *dev gets the device
  * ordinal for device and managed memory. */
 nm_memkind_t nm_mem_kind(const void *p, int *dev);
+/* 1 when p lies where the CUDA driver never maps memory (the calling thread's live stack, the
+ * program break's range, the main program's static data): host memory, without asking it. */
+int nm_mem_known_host(const void *p);
 /* 1 when p is memory that ncclmpi routes as device memory (device, or managed unless
  * NCCLMPI_MANAGED=host). */
 int nm_mem_is_device(const void *p);

@@ -1,0 +1,67 @@
+/* host_ranges_prog: host-buffer MPI_Allreduce calls in a process where the CUDA driver is loaded
+ * (the stand-in, test/unit/fake_cuda.c, which counts its pointer queries), for
+ * test/unit/host_ranges.sh. For buffers on the stack, in static data, from a small malloc (the
+ * program break's range), from a large malloc (mapped) and a stand-in device allocation, prints
+ * the driver's pointer queries per call and checks every result:
+ *   where=<w> queries_per_call=<q> route=<host|device>
+ * and "host_ranges_prog: ok" when every result was right.   (NCCLMPI_CUDA_LIB: the stand-in) */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ncclmpi.h"
+
+enum { CALLS = 50 };
+static int in_static[2];
+
+int main(int argc, char **argv)
+{
+    const char *lib = getenv("NCCLMPI_CUDA_LIB");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    CUresult (*init)(unsigned) = h ? (CUresult(*)(unsigned))dlsym(h, "cuInit") : NULL;
+    CUresult (*retain)(CUcontext *, CUdevice) = h ? (CUresult(*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain") : NULL;
+    CUresult (*setcur)(CUcontext) = h ? (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent") : NULL;
+    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult(*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : NULL;
+    unsigned long *queries = h ? (unsigned long *)dlsym(h, "fake_cuda_pointer_queries") : NULL;
+    CUcontext ctx;
+    CUdeviceptr dev;
+    if (!init || !retain || !setcur || !alloc || !queries || init(0) || retain(&ctx, 0) || setcur(ctx) || alloc(&dev, 2 * sizeof(int))) {
+        fprintf(stderr, "host_ranges_prog: the stand-in driver (NCCLMPI_CUDA_LIB, preloaded) is not usable\n");
+        return 2;
+    }
+    MPI_Init(&argc, &argv);
+    int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    int on_stack[2];
+    int *small = malloc(2 * sizeof(int)), *large = malloc(2 * sizeof(int) + (8 << 20));
+    int *const where[] = {on_stack, in_static, small, large, (int *)(uintptr_t)dev};
+    const char *const name[] = {"stack", "static", "small_malloc", "large_malloc", "device"};
+    int bad = 0;
+    for (int w = 0; w < 5; w++) {
+        int *b = where[w];
+        ncclmpi_stats_t s0, s1;
+        memset(&s0, 0, sizeof(s0));
+        memset(&s1, 0, sizeof(s1));
+        if (get) get("Allreduce", &s0);
+        const unsigned long q0 = *queries;
+        for (int i = 0; i < CALLS; i++) {
+            b[0] = i + w;
+            b[1] = -1;
+            MPI_Allreduce(b, b + 1, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
+            if (b[1] != i + w) bad++;
+        }
+        const unsigned long q = *queries - q0;
+        if (get) get("Allreduce", &s1);
+        printf("where=%s queries_per_call=%.2f route=%s\n", name[w], (double)q / CALLS,
+               s1.route[NCCLMPI_ROUTE_HOST] - s0.route[NCCLMPI_ROUTE_HOST] == CALLS ? "host" : "device");
+    }
+    free(small);
+    free(large);
+    MPI_Finalize();
+    if (!bad) printf("host_ranges_prog: ok\n");
+    else fprintf(stderr, "host_ranges_prog: %d wrong results\n", bad);
+    return bad ? 1 : 0;
+}
