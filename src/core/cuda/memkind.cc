@@ -92,11 +92,12 @@ extern "C" int nm_linkmap_refresh(void)
 
 // Memory the CUDA driver never hands out, known without asking it (a pointer query costs
 // 0.1-0.16 us for host memory): the live part of the calling thread's stack (from the caller's
-// frame to the stack's top), the program break's range (malloc's main arena: small and medium
-// allocations of the main thread), and the main program's own writable segments (static data,
-// Fortran COMMON blocks and module variables). The driver maps device, managed and its own pinned
-// memory with mmap, into address ranges it reserves itself; none of these ranges can hold such a
-// mapping while it is live. (Host memory registered with cudaHostRegister is still host memory.)
+// frame to the stack's top, while the caller runs on that stack), the program break's range
+// (malloc's main arena: small and medium allocations of the main thread), and the main program's
+// own writable segments (static data, Fortran COMMON blocks and module variables). The driver
+// maps device, managed and its own pinned memory with mmap, into address ranges it reserves
+// itself; none of these ranges can hold such a mapping while it is live. (Host memory registered
+// with cudaHostRegister is still host memory.)
 namespace {
 uintptr_t heap_lo = UINTPTR_MAX;   // the start of the program break's range
 struct Range {
@@ -104,7 +105,9 @@ struct Range {
 };
 Range statics[4];  // the main program's writable segments
 int nstatics;
-thread_local uintptr_t stack_hi __attribute__((tls_model("initial-exec")));  // 0: not looked up yet; 1: unknown
+// the calling thread's stack (stack_hi 0: not looked up yet; 1: unknown)
+thread_local uintptr_t stack_lo __attribute__((tls_model("initial-exec")));
+thread_local uintptr_t stack_hi __attribute__((tls_model("initial-exec")));
 
 void known_ranges_init()
 {
@@ -137,7 +140,10 @@ uintptr_t stack_top()
     size_t size = 0;
     stack_hi = 1;
     if (pthread_getattr_np(pthread_self(), &a) == 0) {
-        if (pthread_attr_getstack(&a, &addr, &size) == 0 && addr) stack_hi = (uintptr_t)addr + size;
+        if (pthread_attr_getstack(&a, &addr, &size) == 0 && addr) {
+            stack_lo = (uintptr_t)addr;
+            stack_hi = (uintptr_t)addr + size;
+        }
         pthread_attr_destroy(&a);
     }
     return stack_hi;
@@ -149,8 +155,11 @@ extern "C" void *__curbrk __attribute__((weak));
 
 extern "C" int nm_mem_known_host(const void *p)
 {
-    const uintptr_t a = (uintptr_t)p;
-    if (a >= (uintptr_t)__builtin_frame_address(0) && a < stack_top()) return 1;
+    const uintptr_t a = (uintptr_t)p, frame = (uintptr_t)__builtin_frame_address(0);
+    // (only while running on the thread's own stack: a user-level thread or coroutine runs on
+    // memory of its own, from where the range up to the thread's stack top spans anything)
+    const uintptr_t top = stack_top();
+    if (a >= frame && a < top && frame >= stack_lo) return 1;
     for (int i = 0; i < nstatics; i++)
         if (a >= statics[i].lo && a < statics[i].hi) return 1;
     if (a < heap_lo) return 0;
