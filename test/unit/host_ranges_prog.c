@@ -19,6 +19,7 @@
 #include <ucontext.h>
 
 #include "ncclmpi.h"
+#include "stand_in.h"
 
 enum { CALLS = 50 };
 static int in_static[2];
@@ -52,19 +53,10 @@ static void coroutine(void) { measure(coroutine_buf, 9, "device_coroutine"); }
 
 int main(int argc, char **argv)
 {
-    const char *lib = getenv("NCCLMPI_CUDA_LIB");
-    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    CUresult (*init)(unsigned) = h ? (CUresult(*)(unsigned))dlsym(h, "cuInit") : NULL;
-    CUresult (*retain)(CUcontext *, CUdevice) = h ? (CUresult(*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain") : NULL;
-    CUresult (*setcur)(CUcontext) = h ? (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent") : NULL;
-    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult(*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : NULL;
-    queries = h ? (unsigned long *)dlsym(h, "fake_cuda_pointer_queries") : NULL;
-    CUcontext ctx;
     CUdeviceptr dev;
-    if (!init || !retain || !setcur || !alloc || !queries || init(0) || retain(&ctx, 0) || setcur(ctx) || alloc(&dev, 2 * sizeof(int))) {
-        fprintf(stderr, "host_ranges_prog: the stand-in driver (NCCLMPI_CUDA_LIB, preloaded) is not usable\n");
-        return 2;
-    }
+    void *h = stand_in_driver("host_ranges_prog", 1, 2 * sizeof(int), &dev);
+    queries = h ? (unsigned long *)dlsym(h, "fake_cuda_pointer_queries") : NULL;
+    if (!queries) return 2;
     MPI_Init(&argc, &argv);
     get = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
     int on_stack[2];

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "stand_in.h"
+
 enum { N = 16 };
 
 static int check(const int *v, int size, const char *what, int rank)
@@ -32,19 +34,9 @@ static int check(const int *v, int size, const char *what, int rank)
 int main(int argc, char **argv)
 {
     const double delay = argc > 1 ? atof(argv[1]) : 2.5;
-    const char *lib = getenv("NCCLMPI_CUDA_LIB");
-    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    CUresult (*init)(unsigned) = h ? (CUresult(*)(unsigned))dlsym(h, "cuInit") : NULL;
-    CUresult (*retain)(CUcontext *, CUdevice) = h ? (CUresult(*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain") : NULL;
-    CUresult (*setcur)(CUcontext) = h ? (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent") : NULL;
-    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult(*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : NULL;
-    CUcontext ctx;
-    CUdeviceptr a, b;
-    if (!init || !retain || !setcur || !alloc || init(0) || retain(&ctx, 0) || setcur(ctx) || alloc(&a, N * sizeof(int)) ||
-        alloc(&b, N * sizeof(int))) {
-        fprintf(stderr, "watchdog_prog: the stand-in driver (NCCLMPI_CUDA_LIB, preloaded) is not usable\n");
-        return 2;
-    }
+    CUdeviceptr bufs[2];
+    if (!stand_in_driver("watchdog_prog", 2, N * sizeof(int), bufs)) return 2;
+    const CUdeviceptr a = bufs[0], b = bufs[1];
     /* the stand-in's device memory is host memory: written and read directly */
     int *in = (int *)a, *out = (int *)b;
     MPI_Init(&argc, &argv);
