@@ -625,11 +625,10 @@ extern "C" int nm_enter(nm_op_t *o, int *rc)
     if (NM_LIKELY(e != ENTER_REAL)) return e;
     // the real MPI at depth 0, as the wrapper's own call would be (a user op or error handler
     // that calls MPI inside it is seen as usual), then the copy back or the decode; a blocking
-    // call is watched while it waits there
-    // (a host receive that only decodes is the real MPI's own wait, not watched, as host calls are not)
+    // staged call is watched while it waits there (a host receive that only decodes, or a host
+    // call with its op replaced, waits as host calls do: unwatched)
     const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
-    if (watch)
-        nm_wd_begin(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? staged_wait : "in the real MPI");
+    if (watch) nm_wd_begin(nm_fn_names[o->fn], staged_wait);
     *rc = real_done(o, nm_real_fns[o->fn](o));
     if (watch) nm_wd_end();
     return 1;
