@@ -858,6 +858,12 @@ static MPI_Message fabricate(const Entry &e)
 static int probe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MPI_Status *status, bool blocking)
 {
     MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
+    if (!blocking && !msg && queued.load(std::memory_order_acquire) == 0) {
+        // MPI_Iprobe while no probe holds messages back (the common case): the real MPI's answer,
+        // unless it is a message of an envelope's size (the loop below then reads it)
+        const int rc = PMPI_Iprobe(src, tag, comm, flag, st);
+        if (rc != MPI_SUCCESS || !*flag || status_bytes(st) != NM_ENV_WIRE || st->MPI_SOURCE == MPI_PROC_NULL) return rc;
+    }
     for (unsigned spin = 0;; spin++) {
         Entry e;
         if (queue_find(comm, src, tag, msg != nullptr, &e)) {
