@@ -145,10 +145,10 @@ static void check_settings_agree()
              (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
              nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
              (size_t)nm_cfg.P2P_ENVELOPE_MIN);
-    const unsigned long long h = nm_hash_str(text);
-    long long mine[2] = {(long long)(h >> 1), -(long long)(h >> 1)}, all[2] = {0, 0};
+    long long mine[2], all[2] = {0, 0};
+    nm_same_put(mine, nm_hash_str(text));
     world_max(mine, all, 2, "ncclmpi's settings check");
-    if (all[0] == mine[0] && all[1] == mine[1]) return;
+    if (nm_same_everywhere(mine, all)) return;
     fprintf(stderr, "[ncclmpi] ERROR rank %d: NCCLMPI_* settings differ between ranks (this rank: %s); they must be "
             "equal on every rank (mpirun -x); is libncclmpi loaded in every rank?\n", world_rank(), text);
     PMPI_Abort(MPI_COMM_WORLD, 1);
@@ -432,7 +432,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
         if (!env_on()) return ENTER_PMPI;
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) && !keeps_queued_envelopes(o)) nm_flush();
-        if (env_receive_exempt(o)) return ENTER_PMPI;
+        if (receives(o) && env_receive_exempt(o, dtype_info(o->rtype))) return ENTER_PMPI;
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
@@ -498,7 +498,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
-        if (NM_UNLIKELY(env_on()) && !env_receive_exempt(o)) {
+        if (NM_UNLIKELY(env_on()) && !env_receive_exempt(o, x.rd)) {
             const int e = envelope_host(o, x, rc, scratch);
             return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
         }

@@ -155,21 +155,26 @@ unsigned long long nm_hash_str(const char *s)
     return h;
 }
 
+void nm_same_put(long long slot[2], unsigned long long h)
+{
+    slot[0] = (long long)(h >> 1);
+    slot[1] = -slot[0];
+}
+
+int nm_same_everywhere(const long long mine[2], const long long max[2]) { return max[0] == mine[0] && max[1] == mine[1]; }
+
 void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_hash, unsigned long long gpus_hash,
                       int gpu_node, int autom)
 {
-    const long long h = (long long)(host_hash >> 1), g = (long long)(gpus_hash >> 1);
-    mine[0] = h;
-    mine[1] = -h;
-    mine[2] = g;
-    mine[3] = -g;
+    nm_same_put(mine, host_hash);
+    nm_same_put(mine + 2, gpus_hash);
     mine[4] = -(long long)(!autom || gpu_node);
 }
 
 const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long all[NM_ENV_VOTE_N], int autom)
 {
-    if (all[0] != mine[0] || all[1] != mine[1]) return "ranks on several nodes";
+    if (!nm_same_everywhere(mine, all)) return "ranks on several nodes";
     if (all[4] != -1) return "a rank on a machine without NVIDIA GPUs";
-    if (autom && (all[2] != mine[2] || all[3] != mine[3])) return "ranks with different CUDA_VISIBLE_DEVICES";
+    if (autom && !nm_same_everywhere(mine + 2, all + 2)) return "ranks with different CUDA_VISIBLE_DEVICES";
     return NULL;
 }

@@ -119,6 +119,10 @@ enum { NM_ENV_VOTE_N = 5 };
 /* FNV-1a of a string: how a rank's strings (host name, CUDA_VISIBLE_DEVICES, settings) enter
  * such agreements. */
 unsigned long long nm_hash_str(const char *s);
+/* A value that must be the same on every rank, in two slots of such a MAX reduction: put it
+ * (nm_same_put), then nm_same_everywhere(mine, max) tells every rank alike whether it is. */
+void nm_same_put(long long slot[2], unsigned long long h);
+int nm_same_everywhere(const long long mine[2], const long long max[2]);
 void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_hash, unsigned long long gpus_hash,
                       int gpu_node, int autom);
 const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long all[NM_ENV_VOTE_N], int autom);

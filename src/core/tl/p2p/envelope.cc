@@ -911,12 +911,11 @@ int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_R
     return 0;
 }
 
-bool env_receive_exempt(const nm_op_t *o)
+bool env_receive_exempt(const nm_op_t *o, const DtypeInfo *rd)
 {
     if ((o->flags & NM_OPF_PERS) || o->rcount < 0 || queued.load(std::memory_order_acquire) != 0) return false;
     if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_SENDRECV && o->kind != NM_OPK_SENDRECV_REPLACE) return false;
-    const DtypeInfo *rd = dtype_info(o->rtype);  // (null for an invalid type: the real MPI reports it)
-    return rd && (uint64_t)o->rcount * rd->size < NM_ENV_WIRE;
+    return rd && (uint64_t)o->rcount * rd->size < NM_ENV_WIRE;  // (null for an invalid type: the real MPI reports it)
 }
 
 int env_recv_queued(nm_op_t *o, int *rc, Stage *s)

@@ -76,8 +76,9 @@ bool env_device();
 // while no probe holds messages back): it has nothing to decode, since an envelope sent to it is
 // too long for it, which the real MPI reports itself (MPI_ERR_TRUNCATE, as for any message too
 // long; the sender's payload is then freed at MPI_Finalize). Such a receive goes straight to the
-// real MPI.
-bool env_receive_exempt(const nm_op_t *o);
+// real MPI. rd: the receive type's facts (dtype_info(o->rtype)).
+struct DtypeInfo;
+bool env_receive_exempt(const nm_op_t *o, const DtypeInfo *rd);
 
 // A receive that may have got an envelope: what it needs after the real MPI completed it.
 struct Decode {
