@@ -432,7 +432,10 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
         if (!env_on()) return ENTER_PMPI;
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) && !keeps_queued_envelopes(o)) nm_flush();
-        if (receives(o) && env_receive_exempt(o, dtype_info(o->rtype))) return ENTER_PMPI;
+        if (receives(o)) {
+            env_gate_hold(o);  // (MPI_THREAD_MULTIPLE: posted by nm_enter under it)
+            if (env_receive_exempt(o, dtype_info(o->rtype))) return ENTER_PMPI;
+        }
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
@@ -498,9 +501,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
-        if (NM_UNLIKELY(env_on()) && !env_receive_exempt(o, x.rd)) {
-            const int e = envelope_host(o, x, rc, scratch);
-            return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
+        if (NM_UNLIKELY(env_on())) {
+            if (receives(o)) env_gate_hold(o);
+            if (!env_receive_exempt(o, x.rd)) {
+                const int e = envelope_host(o, x, rc, scratch);
+                return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
+            }
         }
         return op_replaced ? ENTER_REAL : ENTER_PMPI;
     }
@@ -532,7 +538,10 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             *rc = raise_error(o, st, "staging to host failed");
             return ENTER_DONE;
         }
-        if (env_on() && envelope_recv(o, s, rc)) return ENTER_DONE;
+        if (env_on()) {
+            if (receives(o)) env_gate_hold(o);
+            if (envelope_recv(o, s, rc)) return ENTER_DONE;
+        }
         return ENTER_REAL;  // the real MPI on the host shadows, then the copy back
     }
     case NCCLMPI_ROUTE_ERROR: {
@@ -618,20 +627,37 @@ int real_done(nm_op_t *o, int rc)
 }
 }  // namespace ncclmpi
 
+// The real MPI's call of o from its descriptor (under the receive gate, which it drops, when
+// `gated`), at depth 0, as the wrapper's own call would be (a user op or error handler that calls
+// MPI inside it is seen as usual), then the copy back or the decode; a blocking staged call is
+// watched while it waits there (a host receive that only decodes, or a host call with its op
+// replaced, waits as host calls do: unwatched)
+static int enter_real(nm_op_t *o, int *rc, bool gated)
+{
+    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
+    if (watch) nm_wd_begin(nm_fn_names[o->fn], staged_wait);
+    *rc = real_done(o, gated ? env_gate_post(o) : nm_real_fns[o->fn](o));
+    if (watch) nm_wd_end();
+    return 1;
+}
+
+// MPI_THREAD_MULTIPLE, a receive that holds the receive gate (envelope.h): posted under it
+static __attribute__((noinline, cold)) int enter_gated(nm_op_t *o, int *rc, int e)
+{
+    if (e == ENTER_DONE) {  // (its message came from the probe queue, or it failed before a post)
+        env_gate_drop();
+        return 1;
+    }
+    return enter_real(o, rc, true);
+}
+
 extern "C" int nm_enter(nm_op_t *o, int *rc)
 {
     alignas(Decode) unsigned char scratch[sizeof(Decode)];  // a blocking receive's decoding state
     const int e = enter(o, rc, scratch);
+    if (NM_UNLIKELY(nm_env_gate)) return enter_gated(o, rc, e);
     if (NM_LIKELY(e != ENTER_REAL)) return e;
-    // the real MPI at depth 0, as the wrapper's own call would be (a user op or error handler
-    // that calls MPI inside it is seen as usual), then the copy back or the decode; a blocking
-    // staged call is watched while it waits there (a host receive that only decodes, or a host
-    // call with its op replaced, waits as host calls do: unwatched)
-    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
-    if (watch) nm_wd_begin(nm_fn_names[o->fn], staged_wait);
-    *rc = real_done(o, nm_real_fns[o->fn](o));
-    if (watch) nm_wd_end();
-    return 1;
+    return enter_real(o, rc, false);
 }
 
 extern "C" void nm_sync(int fn, MPI_Comm comm, int blocking_collective)

@@ -174,3 +174,10 @@ foreach(np 2 3 4)
   set_tests_properties(gpu_p2p_np${np}_envelope gpu_persist_np${np}_envelope PROPERTIES LABELS "gpu" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")
 endforeach()
+
+# a device receive in one thread while another thread's probe takes its message out of matching:
+# with device envelopes (the probe meets one) and with the default settings
+add_test(gpu_probe_race_np2_envelope ${GRUN} 2 "${B}/test/gpu/gpu_probe_race")
+add_test(gpu_probe_race_np2 ${GRUN} 2 "${B}/test/gpu/gpu_probe_race")
+set_tests_properties(gpu_probe_race_np2_envelope gpu_probe_race_np2 PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77)
+set_tests_properties(gpu_probe_race_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")

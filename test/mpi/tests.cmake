@@ -68,6 +68,11 @@ add_test(mpi_p2p_threads_np2_envelope "${RUN}" 2 preload "${B}/test/mpi/p2p_thre
 add_test(mpi_p2p_threads_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_threads")
 set_tests_properties(mpi_p2p_threads_np2_envelope mpi_p2p_threads_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
 set_tests_properties(mpi_p2p_threads_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=1024")
+# a receive in one thread while another thread's probe takes its message out of matching
+add_test(mpi_p2p_probe_race_np2_envelope "${RUN}" 2 preload "${B}/test/mpi/p2p_probe_race")
+add_test(mpi_p2p_probe_race_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_probe_race")
+set_tests_properties(mpi_p2p_probe_race_np2_envelope mpi_p2p_probe_race_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+set_tests_properties(mpi_p2p_probe_race_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=1024")
 
 # libncclmpi in one rank only: the other waits in MPI_Init, and says so
 add_test(mpi_init_partial_np2 sh "${S}/test/mpi/init_partial.sh" "${B}")

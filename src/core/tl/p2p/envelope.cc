@@ -14,6 +14,7 @@
 #include <string>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -164,6 +165,20 @@ std::unordered_map<MPI_Comm, std::vector<Entry>> queues;
 std::atomic<int> queued{0};
 MPI_Comm self_comm = MPI_COMM_NULL;     // fabricated message handles come from here
 std::unordered_map<MPI_Message, Entry> fabricated;
+std::shared_mutex gate;  // the receive gate (envelope.h): drains alone, receives' looks and posts together
+
+// A scope that holds the gate shared (MPI_THREAD_MULTIPLE, unless this thread holds it already)
+struct GateShared {
+    const bool mine = nm_thread_multiple && !nm_env_gate;
+    GateShared()
+    {
+        if (mine) gate.lock_shared();
+    }
+    ~GateShared()
+    {
+        if (mine) gate.unlock_shared();
+    }
+};
 
 bool matches(const Entry &e, int src, int tag)
 {
@@ -813,29 +828,40 @@ static void queue_push(MPI_Comm comm, const Entry &e)
     queued.fetch_add(1, std::memory_order_release);
 }
 
+// The entry for a message taken out of matching (m, its status st): an envelope-sized one is read.
+static Entry take(MPI_Message m, const MPI_Status &st)
+{
+    Entry e{};
+    e.src = st.MPI_SOURCE;
+    e.tag = st.MPI_TAG;
+    e.count = status_bytes(&st);
+    if (e.count == NM_ENV_WIRE) {
+        PMPI_Mrecv(e.bytes, NM_ENV_WIRE, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+        if (decode(e.bytes, &e.env)) {
+            e.kind = Entry::ENV;
+            e.count = (MPI_Count)e.env.bytes;
+        } else {
+            e.kind = Entry::BYTES;
+        }
+    } else {
+        e.kind = Entry::HANDLE;
+        e.msg = m;
+    }
+    return e;
+}
+
 static void drain(MPI_Comm comm, int src, int tag)
 {
+    // alone: no receive is between its look at the queue and its post (this thread holds no
+    // share: a probe is never inside a receive's window)
+    std::unique_lock<std::shared_mutex> alone(gate, std::defer_lock);
+    if (nm_thread_multiple) alone.lock();
     for (;;) {
         int f = 0;
         MPI_Message m = MPI_MESSAGE_NULL;
         MPI_Status st;
         if (PMPI_Improbe(src, MPI_ANY_TAG, comm, &f, &m, &st) != MPI_SUCCESS || !f) return;
-        Entry e{};
-        e.src = st.MPI_SOURCE;
-        e.tag = st.MPI_TAG;
-        PMPI_Get_elements_x(&st, MPI_BYTE, &e.count);
-        if (e.count == NM_ENV_WIRE) {
-            PMPI_Mrecv(e.bytes, NM_ENV_WIRE, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-            if (decode(e.bytes, &e.env)) {
-                e.kind = Entry::ENV;
-                e.count = (MPI_Count)e.env.bytes;
-            } else {
-                e.kind = Entry::BYTES;
-            }
-        } else {
-            e.kind = Entry::HANDLE;
-            e.msg = m;
-        }
+        const Entry e = take(m, st);
         queue_push(comm, e);
         if (e.tag == tag) return;  // the probed message (the first of its source with that tag)
     }
@@ -880,8 +906,21 @@ static int probe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, M
             MPI_Count c = 0;
             PMPI_Get_elements_x(&ps, MPI_BYTE, &c);
             if (c != NM_ENV_WIRE || ps.MPI_SOURCE == MPI_PROC_NULL) {  // not an envelope
+                if (msg) {
+                    // the message found, unless another thread's receive or drain took it since
+                    // (never a blocking MPI_Mprobe, which would then wait for good): look again
+                    int got = 0;
+                    if ((rc = PMPI_Improbe(ps.MPI_SOURCE, ps.MPI_TAG, comm, &got, msg, &ps)) != MPI_SUCCESS) return rc;
+                    if (!got) continue;
+                    if (ps.MPI_SOURCE != MPI_PROC_NULL && status_bytes(&ps) == NM_ENV_WIRE) {  // (a later one)
+                        e = take(*msg, ps);
+                        *msg = e.kind == Entry::HANDLE ? e.msg : fabricate(e);
+                        fill_status(st, e);
+                        if (flag) *flag = 1;
+                        return MPI_SUCCESS;
+                    }
+                }
                 if (flag) *flag = 1;
-                if (msg) return PMPI_Mprobe(ps.MPI_SOURCE, ps.MPI_TAG, comm, msg, st);
                 *st = ps;
                 return MPI_SUCCESS;
             }
@@ -903,12 +942,15 @@ MPI_Comm env_self_comm() { return self_comm; }
 int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_Request *inner, MPI_Status *st, int *rc)
 {
     Entry e;
-    if (queue_find(comm, src, tag, true, &e)) {
-        *rc = deliver(e, buf, (int)cap, MPI_PACKED, comm, st);
-        return 1;
+    {
+        GateShared g;  // the look and the post, with no drain between
+        if (!queue_find(comm, src, tag, true, &e)) {
+            *rc = PMPI_Irecv(buf, (int)cap, MPI_PACKED, src, tag, comm, inner);
+            return 0;
+        }
     }
-    *rc = PMPI_Irecv(buf, (int)cap, MPI_PACKED, src, tag, comm, inner);
-    return 0;
+    *rc = deliver(e, buf, (int)cap, MPI_PACKED, comm, st);
+    return 1;
 }
 
 bool env_receive_exempt(const nm_op_t *o, const DtypeInfo *rd)
@@ -933,7 +975,8 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
         PMPI_Mrecv(nullptr, 0, MPI_BYTE, o->msg, MPI_STATUS_IGNORE);  // the stand-in
     } else {
         if (queued.load(std::memory_order_acquire) == 0 || !env_comm(o->comm)) return 0;
-        if (!queue_find(o->comm, o->rpeer, o->rtag, true, &e)) return 0;
+        if (!queue_find(o->comm, o->rpeer, o->rtag, true, &e)) return 0;  // (the gate stays: the post follows)
+        env_gate_drop();  // the message is this receive's
     }
     const MPI_Comm comm = o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD;
     const bool nb = (o->flags & NM_OPF_NB) != 0;
@@ -988,9 +1031,60 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
     return 1;
 }
 
+void env_gate_hold_mt(const nm_op_t *o)
+{
+    if (nm_env_gate || o->kind == NM_OPK_MRECV || (o->flags & NM_OPF_PERS)) return;
+    gate.lock_shared();
+    nm_env_gate = 1;
+}
+
+void env_gate_drop()
+{
+    if (!nm_env_gate) return;
+    nm_env_gate = 0;
+    gate.unlock_shared();
+}
+
+int env_gate_post(nm_op_t *o)
+{
+    const bool blocking = !(o->flags & NM_OPF_NB) &&
+                          (o->kind == NM_OPK_RECV || o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE);
+    std::vector<char> packed;  // Sendrecv_replace: what it sends, set aside before the receive lands
+    int pos = 0;
+    if (blocking && o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL) {
+        int size = 0;
+        if (PMPI_Pack_size(o->scount, o->stype, o->comm, &size) == MPI_SUCCESS) {
+            packed.resize((size_t)size + 1);
+            if (PMPI_Pack(o->rbuf, o->scount, o->stype, packed.data(), size, &pos, o->comm) != MPI_SUCCESS) packed.clear();
+        }
+    }
+    if (!blocking || (o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL && packed.empty())) {
+        // a post already (or arguments the real MPI rejects before it matches anything)
+        const int rc = nm_real_fns[o->fn](o);
+        env_gate_drop();
+        return rc;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc = PMPI_Irecv(o->rbuf, o->rcount, o->rtype, o->rpeer, o->rtag, o->comm, &r);
+    env_gate_drop();
+    if (rc != MPI_SUCCESS) return rc;
+    // MPI_Sendrecv(_replace): the send, after the receive is posted (as the real MPI does it)
+    if (o->kind != NM_OPK_RECV && o->peer != MPI_PROC_NULL) {
+        rc = o->kind == NM_OPK_SENDRECV ? PMPI_Send(o->sbuf, o->scount, o->stype, o->peer, o->tag, o->comm)
+                                        : PMPI_Send(packed.data(), pos, MPI_PACKED, o->peer, o->tag, o->comm);
+        if (rc != MPI_SUCCESS) {
+            PMPI_Cancel(&r);
+            PMPI_Wait(&r, MPI_STATUS_IGNORE);
+            return rc;
+        }
+    }
+    return PMPI_Wait(&r, o->status);
+}
+
 }  // namespace ncclmpi
 
 int nm_env_active = 0;
+__thread int nm_env_gate = 0;
 
 using namespace ncclmpi;
 

@@ -128,6 +128,29 @@ MPI_Comm env_self_comm();
 // 0 with *inner the real MPI's request.
 int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_Request *inner, MPI_Status *st, int *rc);
 
+// MPI_THREAD_MULTIPLE: a probe's drain takes messages out of the real MPI's matching (the probe
+// queue above). Run between a receive's look at that queue and its post to the real MPI, it could
+// take the message the receive was about to match, and the receive would wait for good. So a
+// receive holds the receive gate, shared, from before its first look (env_gate_hold) until its
+// message came from the queue or its real receive is posted (env_gate_drop), and a drain holds it
+// alone. Nothing that waits runs under it: a blocking receive is posted as its nonblocking form
+// (env_gate_post) and waited for after the drop. Below MPI_THREAD_MULTIPLE it is never taken.
+}  // namespace ncclmpi
+extern "C" __thread int nm_env_gate __attribute__((tls_model("initial-exec")));  // this thread holds it
+namespace ncclmpi {
+// o: a receive's descriptor (Mrecv, of a message already matched, and persistent receives, whose
+// starts hold it themselves, take none).
+void env_gate_hold_mt(const nm_op_t *o);
+inline void env_gate_hold(const nm_op_t *o)
+{
+    extern int nm_thread_multiple;  // (engine.h)
+    if (__builtin_expect(nm_thread_multiple, 0)) env_gate_hold_mt(o);
+}
+void env_gate_drop();
+// The real MPI's call for receive o (from its descriptor) posted under the gate, which is then
+// dropped; a blocking one waits after the drop. Returns the real MPI's code.
+int env_gate_post(nm_op_t *o);
+
 // Releases received and sent; payloads released by their receivers are freed.
 void env_progress();
 // MPI_Finalize: payloads not released yet are freed after a short wait.
