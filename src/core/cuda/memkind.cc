@@ -40,7 +40,7 @@ static bool is_cuda_driver(const char *path)
 // Walk the objects after the remembered tail; pin the new tail so it cannot be unloaded under us.
 static bool refresh_locked()
 {
-    struct link_map *t = nm_hot.tail;
+    struct link_map *t = __atomic_load_n(&nm_hot.tail, __ATOMIC_RELAXED);  // (written under linkmap_mu only)
     bool saw_cuda = false;
     if (t == &nm_boot_tail) {
         t = _r_debug.r_map;
@@ -52,7 +52,7 @@ static bool refresh_locked()
     }
     if (!t || t == nm_hot.tail) return saw_cuda;  // nothing new
     if (t->l_name && t->l_name[0]) dlopen(t->l_name, RTLD_LAZY | RTLD_NOLOAD); // keep it mapped
-    nm_hot.tail = t;
+    __atomic_store_n(&nm_hot.tail, t, __ATOMIC_RELEASE);  // (other threads read it without the lock)
     return saw_cuda;
 }
 
@@ -70,7 +70,8 @@ static std::atomic<bool> probed{false};  // whether the driver came in with the 
 extern "C" int nm_linkmap_refresh(void)
 {
     // nothing loaded since the last look (no lock: slow-path host calls come here on every call)
-    if (probed.load(std::memory_order_acquire) && !__atomic_load_n(&nm_hot.tail->l_next, __ATOMIC_ACQUIRE))
+    if (probed.load(std::memory_order_acquire) &&
+        !__atomic_load_n(&__atomic_load_n(&nm_hot.tail, __ATOMIC_ACQUIRE)->l_next, __ATOMIC_ACQUIRE))
         return cuda_attached();
     std::lock_guard<std::mutex> g(linkmap_mu);
     bool saw = refresh_locked();

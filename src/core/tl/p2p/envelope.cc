@@ -871,8 +871,8 @@ static void drain(MPI_Comm comm, int src, int tag)
 // private duplicate of MPI_COMM_SELF, matched): MPI_Mrecv of it delivers the queued one.
 static MPI_Message fabricate(const Entry &e)
 {
-    static int seq = 0;
-    const int tag = seq++ & 0x7fff;
+    static std::atomic<int> seq{0};  // (threads: each its own tag, though equal ones would also do)
+    const int tag = seq.fetch_add(1, std::memory_order_relaxed) & 0x7fff;
     PMPI_Send(nullptr, 0, MPI_BYTE, 0, tag, self_comm);
     MPI_Message m = MPI_MESSAGE_NULL;
     PMPI_Mprobe(0, tag, self_comm, &m, MPI_STATUS_IGNORE);
