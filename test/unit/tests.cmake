@@ -23,6 +23,8 @@ set_tests_properties(unit_trace PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_
 # a device call waiting for a late peer is named after NCCLMPI_WARN_AFTER seconds (stand-in driver)
 add_test(unit_host_ranges sh "${S}/test/unit/host_ranges.sh" "${B}")
 set_tests_properties(unit_host_ranges PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+add_test(unit_mt_engine sh "${S}/test/unit/mt_engine.sh" "${B}")
+set_tests_properties(unit_mt_engine PROPERTIES LABELS "mpi" TIMEOUT 180 SKIP_RETURN_CODE 77)
 add_test(unit_watchdog sh "${S}/test/unit/watchdog.sh" "${B}")
 set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
 # where ncclmpi orders its work after the application's (events on the legacy stream, counted by
