@@ -13,7 +13,9 @@
  *     (MPI_ERR_IN_STATUS), MPI_Cancel of an unmatched one;
  *   - receives with room for fewer bytes than an envelope (which ncclmpi leaves to the real MPI):
  *     an envelope there is MPI_ERR_TRUNCATE, blocking and not, and the next message of the same
- *     tag, that fits, still arrives intact.
+ *     tag, that fits, still arrives intact;
+ *   - a message a probe took out of matching and nothing received, its communicator freed: a new
+ *     communicator (which may get the freed one's handle) never gets it.
  * Every message's bytes and status are checked. Runs without envelopes too (plain MPI semantics).
  */
 #include <mpi.h>
@@ -275,6 +277,50 @@ int main(int argc, char **argv)
         MPI_Wait(&r[0], &st);
         MPI_Test_cancelled(&st, &flag);
         CHECK(flag, "a cancelled receive is not reported cancelled");
+    }
+    /* 10. a message that a probe took out of matching (it came before the probed envelope) and
+     * that nothing received, on a communicator freed then: a communicator made after it, which may
+     * get the same handle, never gets that message. (With envelopes only: a send of 20000 bytes
+     * that is never received completes only as an envelope.) */
+    const char *mode = getenv("NCCLMPI_P2P_ENVELOPE");
+    if (size >= 2 && mode && !strcmp(mode, "host")) {
+        MPI_Comm d, e;
+        MPI_Comm_dup(MPI_COMM_WORLD, &d);
+        if (rank == 0) {
+            fill(a, BIG, 30);
+            MPI_Send(a, BIG, MPI_INT, 1, 2, d);
+            MPI_Send(a, BIG, MPI_INT, 1, 1, d);
+        } else if (rank == 1) {
+            MPI_Probe(0, 1, d, &st);
+            int rr = MPI_Recv(b, BIG, MPI_INT, 0, 1, d, &st);
+            CHECK(rr == MPI_SUCCESS && check_ints(b, BIG, 30) < 0, "the probed message: rc %d", rr);
+        }
+        const MPI_Comm old = d;
+        MPI_Comm_free(&d);
+        /* (duplicates until rank 1 gets the freed handle again, or 32 tries: the others are freed) */
+        MPI_Comm spare[32];
+        int nspare = 0, same = 0;
+        for (;;) {
+            MPI_Comm_dup(MPI_COMM_WORLD, &e);
+            same = e == old;
+            MPI_Bcast(&same, 1, MPI_INT, 1, MPI_COMM_WORLD);
+            if (same || nspare == 32) break;
+            spare[nspare++] = e;
+        }
+        for (int k = 0; k < nspare; k++) MPI_Comm_free(&spare[k]);
+        if (rank == 0) {
+            fill(a, BIG, 31);
+            MPI_Send(a, BIG, MPI_INT, 1, 2, e);
+        } else if (rank == 1) {
+            for (int i = 0; i < BIG; i++) b[i] = -1;
+            int rr = MPI_Recv(b, BIG, MPI_INT, 0, 2, e, &st);
+            CHECK(rr == MPI_SUCCESS && count_of(&st, MPI_INT) == BIG && check_ints(b, BIG, 31) < 0,
+                  "a message on a new communicator%s: rc %d, count %d, element %d is %d (salt 30: the freed one's)",
+                  e == old ? " (with the freed one's handle)" : "", rr, count_of(&st, MPI_INT), check_ints(b, BIG, 31),
+                  b[0]);
+        }
+        if (rank == 1 && !same) printf("p2p_envelope: no communicator got the freed one's handle again\n");
+        MPI_Comm_free(&e);
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

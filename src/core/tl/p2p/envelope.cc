@@ -852,6 +852,7 @@ static Entry take(MPI_Message m, const MPI_Status &st)
 
 static void drain(MPI_Comm comm, int src, int tag)
 {
+    comm_state(comm);  // (its delete callback drops what stays queued: env_comm_freed)
     // alone: no receive is between its look at the queue and its post (this thread holds no
     // share: a probe is never inside a receive's window)
     std::unique_lock<std::shared_mutex> alone(gate, std::defer_lock);
@@ -1029,6 +1030,30 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
     if (r != MPI_SUCCESS && o->comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(o->comm, r);
     *rc = r;
     return 1;
+}
+
+void env_comm_freed(MPI_Comm comm)
+{
+    if (queued.load(std::memory_order_acquire) == 0) return;
+    std::vector<Entry> v;
+    {
+        std::lock_guard<std::mutex> g(qmu);
+        auto it = queues.find(comm);
+        if (it == queues.end()) return;
+        v.swap(it->second);
+        queues.erase(it);
+        queued.fetch_sub((int)v.size(), std::memory_order_release);
+    }
+    for (Entry &e : v) {
+        if (e.kind == Entry::HANDLE) {  // received into nothing kept (the real MPI's message is freed)
+            std::vector<char> sink((size_t)std::max<MPI_Count>(e.count, 1));
+            PMPI_Mrecv(sink.data(), (int)e.count, MPI_BYTE, &e.msg, MPI_STATUS_IGNORE);
+        } else if (e.kind == Entry::ENV) {
+            release(e.env.wrank, e.env.id);
+        }
+    }
+    if (!v.empty())
+        NM_INFO(CALL, "MPI_Comm_free: %zu message(s) taken out of matching by a probe were never received; dropped", v.size());
 }
 
 void env_gate_hold_mt(const nm_op_t *o)

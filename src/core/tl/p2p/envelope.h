@@ -151,6 +151,11 @@ void env_gate_drop();
 // dropped; a blocking one waits after the drop. Returns the real MPI's code.
 int env_gate_post(nm_op_t *o);
 
+// MPI_Comm_free of comm (its state's delete callback): the messages a probe took out of matching
+// on it that no receive took are dropped (envelopes: their senders told to free the payloads),
+// so that a communicator made later with the same handle never gets them.
+void env_comm_freed(MPI_Comm comm);
+
 // Releases received and sent; payloads released by their receivers are freed.
 void env_progress();
 // MPI_Finalize: payloads not released yet are freed after a short wait.
