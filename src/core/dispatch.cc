@@ -632,7 +632,7 @@ int real_done(nm_op_t *o, int rc)
 // MPI inside it is seen as usual), then the copy back or the decode; a blocking staged call is
 // watched while it waits there (a host receive that only decodes, or a host call with its op
 // replaced, waits as host calls do: unwatched)
-static int enter_real(nm_op_t *o, int *rc, bool gated)
+static inline __attribute__((always_inline)) int enter_real(nm_op_t *o, int *rc, bool gated)
 {
     const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
     if (watch) nm_wd_begin(nm_fn_names[o->fn], staged_wait);
