@@ -432,10 +432,8 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     if (host_only) {  // NCCLMPI_P2P_ENVELOPE: only the envelope hooks have anything to do
         if (!env_on()) return ENTER_PMPI;
         if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) && !keeps_queued_envelopes(o)) nm_flush();
-        if (receives(o)) {
-            env_gate_hold(o);  // (MPI_THREAD_MULTIPLE: posted by nm_enter under it)
-            if (env_receive_exempt(o, dtype_info(o->rtype))) return ENTER_PMPI;
-        }
+        env_gate_hold(o);  // (MPI_THREAD_MULTIPLE, a receive: posted by nm_enter under it)
+        if (receives(o) && env_receive_exempt(o, dtype_info(o->rtype))) return ENTER_PMPI;
         OpCtx x;
         CommState *cs = o->comm != MPI_COMM_NULL ? comm_state(o->comm) : nullptr;
         if ((!cs && o->kind != NM_OPK_MRECV) || !op_ctx_init(o, cs, &x)) return ENTER_PMPI;  // (invalid: the real MPI reports it)
@@ -502,7 +500,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
         if (NM_UNLIKELY(env_on())) {
-            if (receives(o)) env_gate_hold(o);
+            env_gate_hold(o);
             if (!env_receive_exempt(o, x.rd)) {
                 const int e = envelope_host(o, x, rc, scratch);
                 return e == ENTER_PMPI && op_replaced ? ENTER_REAL : e;
@@ -539,7 +537,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             return ENTER_DONE;
         }
         if (env_on()) {
-            if (receives(o)) env_gate_hold(o);
+            env_gate_hold(o);
             if (envelope_recv(o, s, rc)) return ENTER_DONE;
         }
         return ENTER_REAL;  // the real MPI on the host shadows, then the copy back

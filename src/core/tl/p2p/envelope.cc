@@ -1058,7 +1058,10 @@ void env_comm_freed(MPI_Comm comm)
 
 void env_gate_hold_mt(const nm_op_t *o)
 {
-    if (nm_env_gate || o->kind == NM_OPK_MRECV || (o->flags & NM_OPF_PERS)) return;
+    // (receives that post to the real MPI: not Mrecv, whose message is matched, nor persistent
+    // ones, whose starts hold it themselves)
+    const bool posts = o->kind == NM_OPK_RECV || o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE;
+    if (nm_env_gate || !posts || (o->flags & NM_OPF_PERS)) return;
     gate.lock_shared();
     nm_env_gate = 1;
 }

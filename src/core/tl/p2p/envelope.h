@@ -138,8 +138,7 @@ int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_R
 }  // namespace ncclmpi
 extern "C" __thread int nm_env_gate __attribute__((tls_model("initial-exec")));  // this thread holds it
 namespace ncclmpi {
-// o: a receive's descriptor (Mrecv, of a message already matched, and persistent receives, whose
-// starts hold it themselves, take none).
+// o: the call's descriptor (only receives that post to the real MPI take it).
 void env_gate_hold_mt(const nm_op_t *o);
 inline void env_gate_hold(const nm_op_t *o)
 {
