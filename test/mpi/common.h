@@ -306,6 +306,23 @@ static inline void tu_init(int *argc, char ***argv, int thread_level)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
+/* For programs that run their own checks under MPI_THREAD_MULTIPLE (p2p_threads, p2p_probe_race):
+ * MPI_Init_thread, this rank and the size of MPI_COMM_WORLD; 0 (after MPI_Finalize, rank 0 said
+ * why: the program exits 77, skipped) when the MPI provides less or there are fewer than
+ * min_size ranks */
+static inline int tu_init_multiple(int *argc, char ***argv, int min_size, int *rank, int *size)
+{
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    if (provided == MPI_THREAD_MULTIPLE && *size >= min_size) return 1;
+    if (*rank == 0)
+        printf("%s: skipped (needs MPI_THREAD_MULTIPLE and %d ranks)\n", tu_basename((*argv)[0]), min_size);
+    MPI_Finalize();
+    return 0;
+}
+
 /* This rank, the size of MPI_COMM_WORLD and the ring neighbours (next or prev may be NULL), after
  * tu_init */
 static inline void tu_ring(int *r, int *p, int *next, int *prev)

@@ -29,6 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
+
 enum { NX = 4, NY = 2048, ROOM = 4096, NREP = 64, TAG_X = 2, TAG_Y = 1, TAG_BACK = 3 };
 enum { C_RECV_SMALL, C_RECV, C_IRECV, C_SENDRECV, C_SENDRECV_REPLACE, C_MPROBE, C_IMPROBE, C_PERSISTENT, C_MPROBE_LATER, NCASES };
 static const char *names[NCASES] = {"Recv (room for X only)", "Recv", "Irecv+Wait", "Sendrecv", "Sendrecv_replace",
@@ -237,15 +239,8 @@ static void *prober(void *arg)
 
 int main(int argc, char **argv)
 {
-    int provided = 0, size = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (provided < MPI_THREAD_MULTIPLE || size < 2) {
-        if (rank == 0) printf("p2p_probe_race: skipped (needs MPI_THREAD_MULTIPLE and 2 ranks)\n");
-        MPI_Finalize();
-        return 77;
-    }
+    int size = 0;
+    if (!tu_init_multiple(&argc, &argv, 2, &rank, &size)) return 77;
 #ifdef NM_GPU_TEST
     int ndev = 0, lrank = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {

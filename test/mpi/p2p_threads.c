@@ -9,6 +9,8 @@
  * (whose request may have the handle the real MPI just freed). Passes under plain MPI too. */
 #include <mpi.h>
 #include <pthread.h>
+
+#include "common.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -66,15 +68,8 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-    int provided = 0, size = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (provided < MPI_THREAD_MULTIPLE) {
-        if (rank == 0) printf("p2p_threads: skipped (MPI_THREAD_MULTIPLE not provided)\n");
-        MPI_Finalize();
-        return 77;
-    }
+    int size = 0;
+    if (!tu_init_multiple(&argc, &argv, 1, &rank, &size)) return 77;
     for (int t = 0; t < 2; t++) {
         MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]);
         MPI_Comm_set_errhandler(comms[t], MPI_ERRORS_RETURN);
