@@ -18,6 +18,8 @@
  * Passes under plain MPI too (there the wrappers never reach these entry points). Built with
  * NM_GPU_TEST (gpu_probe_race), every buffer is device memory. */
 #define _GNU_SOURCE
+#include "common.h"
+
 #include <dlfcn.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -28,8 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "common.h"
 
 enum { NX = 4, NY = 2048, ROOM = 4096, NREP = 64, TAG_X = 2, TAG_Y = 1, TAG_BACK = 3 };
 enum { C_RECV_SMALL, C_RECV, C_IRECV, C_SENDRECV, C_SENDRECV_REPLACE, C_MPROBE, C_IMPROBE, C_PERSISTENT, C_MPROBE_LATER, NCASES };

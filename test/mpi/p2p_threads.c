@@ -7,10 +7,10 @@
  * is received into half the room (MPI_ERR_TRUNCATE, errors returned), the threads' truncations
  * interleaved: a failure must reach the Wait or Test of its own request, never the other thread's
  * (whose request may have the handle the real MPI just freed). Passes under plain MPI too. */
+#include "common.h" /* (first: it sets _GNU_SOURCE) */
+
 #include <mpi.h>
 #include <pthread.h>
-
-#include "common.h"
 #include <stdio.h>
 #include <stdlib.h>
 
