@@ -904,9 +904,7 @@ static int probe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, M
         int rc = PMPI_Iprobe(src, tag, comm, &f, &ps);
         if (rc != MPI_SUCCESS) return rc;
         if (f) {
-            MPI_Count c = 0;
-            PMPI_Get_elements_x(&ps, MPI_BYTE, &c);
-            if (c != NM_ENV_WIRE || ps.MPI_SOURCE == MPI_PROC_NULL) {  // not an envelope
+            if (status_bytes(&ps) != NM_ENV_WIRE || ps.MPI_SOURCE == MPI_PROC_NULL) {  // not an envelope
                 if (msg) {
                     // the message found, unless another thread's receive or drain took it since
                     // (never a blocking MPI_Mprobe, which would then wait for good): look again
@@ -954,11 +952,30 @@ int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_R
     return 1;
 }
 
+// The receives that post to the real MPI (Mrecv's message is matched already)
+static bool posts_receive(const nm_op_t *o)
+{
+    return o->kind == NM_OPK_RECV || o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE;
+}
+
 bool env_receive_exempt(const nm_op_t *o, const DtypeInfo *rd)
 {
     if ((o->flags & NM_OPF_PERS) || o->rcount < 0 || queued.load(std::memory_order_acquire) != 0) return false;
-    if (o->kind != NM_OPK_RECV && o->kind != NM_OPK_SENDRECV && o->kind != NM_OPK_SENDRECV_REPLACE) return false;
+    if (!posts_receive(o)) return false;
     return rd && (uint64_t)o->rcount * rd->size < NM_ENV_WIRE;  // (null for an invalid type: the real MPI reports it)
+}
+
+// MPI_Sendrecv_replace: what it sends, packed aside before its receive lands in the same buffer
+// (*pos: the packed bytes). false (packed empty) when the real MPI refuses the type.
+static bool pack_replaced(const nm_op_t *o, std::vector<char> *packed, int *pos)
+{
+    int size = 0;
+    *pos = 0;
+    if (PMPI_Pack_size(o->scount, o->stype, o->comm, &size) != MPI_SUCCESS) return false;
+    packed->resize((size_t)size + 1);
+    if (PMPI_Pack(o->rbuf, o->scount, o->stype, packed->data(), size, pos, o->comm) == MPI_SUCCESS) return true;
+    packed->clear();
+    return false;
 }
 
 int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
@@ -992,10 +1009,8 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
     if (o->kind == NM_OPK_SENDRECV && o->peer != MPI_PROC_NULL)
         PMPI_Isend(o->sbuf, o->scount, o->stype, o->peer, o->tag, o->comm, &sr);
     if (o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL) {
-        int size = 0, pos = 0;
-        PMPI_Pack_size(o->scount, o->stype, o->comm, &size);
-        packed.resize((size_t)size + 1);
-        PMPI_Pack(o->rbuf, o->scount, o->stype, packed.data(), size, &pos, o->comm);
+        int pos = 0;
+        pack_replaced(o, &packed, &pos);
         PMPI_Isend(packed.data(), pos, MPI_PACKED, o->peer, o->tag, o->comm, &sr);
     }
     MPI_Status st;
@@ -1060,8 +1075,7 @@ void env_gate_hold_mt(const nm_op_t *o)
 {
     // (receives that post to the real MPI: not Mrecv, whose message is matched, nor persistent
     // ones, whose starts hold it themselves)
-    const bool posts = o->kind == NM_OPK_RECV || o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE;
-    if (nm_env_gate || !posts || (o->flags & NM_OPF_PERS)) return;
+    if (nm_env_gate || !posts_receive(o) || (o->flags & NM_OPF_PERS)) return;
     gate.lock_shared();
     nm_env_gate = 1;
 }
@@ -1075,18 +1089,11 @@ void env_gate_drop()
 
 int env_gate_post(nm_op_t *o)
 {
-    const bool blocking = !(o->flags & NM_OPF_NB) &&
-                          (o->kind == NM_OPK_RECV || o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE);
-    std::vector<char> packed;  // Sendrecv_replace: what it sends, set aside before the receive lands
+    const bool blocking = !(o->flags & NM_OPF_NB) && posts_receive(o);
+    std::vector<char> packed;  // Sendrecv_replace: what it sends
     int pos = 0;
-    if (blocking && o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL) {
-        int size = 0;
-        if (PMPI_Pack_size(o->scount, o->stype, o->comm, &size) == MPI_SUCCESS) {
-            packed.resize((size_t)size + 1);
-            if (PMPI_Pack(o->rbuf, o->scount, o->stype, packed.data(), size, &pos, o->comm) != MPI_SUCCESS) packed.clear();
-        }
-    }
-    if (!blocking || (o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL && packed.empty())) {
+    const bool replace = blocking && o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL;
+    if (!blocking || (replace && !pack_replaced(o, &packed, &pos))) {
         // a post already (or arguments the real MPI rejects before it matches anything)
         const int rc = nm_real_fns[o->fn](o);
         env_gate_drop();
