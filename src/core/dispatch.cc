@@ -522,7 +522,10 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&
             env_send_device(o, b[0].first(), (size_t)(b[0].hi - b[0].lo), c.device, rc))
             return ENTER_DONE;
-        if (o->kind == NM_OPK_SEND) env_flush_sends();  // staged after all: the queued envelopes go first
+        // a nonblocking one joins the queue (its copy to the host waited for at the flush, with
+        // the others'); any other send goes after what is queued
+        const bool later = o->kind == NM_OPK_SEND && env_send_defers(o);
+        if (o->kind == NM_OPK_SEND && !later) env_flush_sends();
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
             WaitWatch w(nm_fn_names[o->fn], staged_wait);
@@ -531,7 +534,16 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             return ENTER_DONE;
         }
         Stage *s = nullptr;
-        nm_status_t st = stage_in(o, b, nb, &s);
+        nm_status_t st = stage_in(o, b, nb, &s, !later);
+        if (st == NM_OK && later) {
+            if (env_send_staged(o, s, rc)) return ENTER_DONE;
+            st = stage_copy_in(s);  // not queued: sent now, after what is
+            env_flush_sends();
+            if (st != NM_OK) {
+                o->flags &= ~NM_OPF_STAGED;
+                stage_release(s);
+            }
+        }
         if (st != NM_OK) {
             *rc = raise_error(o, st, "staging to host failed");
             return ENTER_DONE;

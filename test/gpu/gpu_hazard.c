@@ -1980,14 +1980,15 @@ static void sc_envelope_order(void)
         /* 4b. a burst of more sends than one copy-kernel launch takes (16), both ways, each send
          *     buffer filled by an asynchronous copy on the legacy stream just before its Isend
          *     (the payload copies must follow it), some send and receive buffers 4 bytes off
-         *     16-byte alignment (copied one by one), one Waitall */
-        {
+         *     16-byte alignment (copied one by one), one Waitall; then the same with small messages
+         *     (staged: the later sends' copies to the host run by one copy-kernel launch) */
+        for (int small = 0; small < 2; small++) {
             enum { NB = 20 };
             gbuf_t sb[NB], rb[NB], src[NB];
             MPI_Request q[2 * NB];
             int *want[NB];
             for (int k = 0; k < NB; k++) {
-                const int n = 2048 + 1000 * k;
+                const int n = small ? 1 + 61 * k : 2048 + 1000 * k;
                 src[k] = pbuf(rank, 20 + k, n);
                 sb[k] = gb_dev((size_t)(n + 1) * sizeof(int));
                 rb[k] = gb_dev((size_t)(n + 1) * sizeof(int));
@@ -1996,11 +1997,11 @@ static void sc_envelope_order(void)
             }
             STEP();
             for (int k = 0; k < NB; k++) {
-                const int n = 2048 + 1000 * k, rskew = k % 6 == 1 ? 1 : 0;
+                const int n = small ? 1 + 61 * k : 2048 + 1000 * k, rskew = k % 6 == 1 ? 1 : 0;
                 MPI_Irecv((int *)rb[k].p + rskew, n, MPI_INT, peer, TAG + 10 + k, MPI_COMM_WORLD, &q[k]);
             }
             for (int k = 0; k < NB; k++) {
-                const int n = 2048 + 1000 * k, skew = k % 7 == 5 ? 1 : 0;
+                const int n = small ? 1 + 61 * k : 2048 + 1000 * k, skew = k % 7 == 5 ? 1 : 0;
                 int *to = (int *)sb[k].p + skew;
                 if (host_mode) memcpy(to, src[k].p, (size_t)n * sizeof(int));
                 else CUDACHECK(cudaMemcpyAsync(to, src[k].p, (size_t)n * sizeof(int), cudaMemcpyDeviceToDevice, 0));
@@ -2009,7 +2010,7 @@ static void sc_envelope_order(void)
             int rc = MPI_Waitall(2 * NB, q, MPI_STATUSES_IGNORE);
             CHECK(rc == MPI_SUCCESS, "Waitall of %d receives and %d sends returned %d", NB, NB, rc);
             for (int k = 0; k < NB; k++) {
-                const int n = 2048 + 1000 * k, rskew = k % 6 == 1 ? 1 : 0;
+                const int n = small ? 1 + 61 * k : 2048 + 1000 * k, rskew = k % 6 == 1 ? 1 : 0;
                 int *got = malloc((size_t)(n + 1) * sizeof(int));
                 get_bytes(rb[k].kind, got, rb[k].p, (size_t)(n + 1) * sizeof(int));
                 int bad = -1;
@@ -2027,8 +2028,8 @@ static void sc_envelope_order(void)
     /* 4c. the legacy stream held by the application (work it queued after the calls, which waits
      *     for the host) while MPI_Waitall completes device sends and receives, some of them
      *     queued: their copies follow what was queued before each call, not what came after */
-    if (rank < 2 && !host_mode) {
-        const int peer = 1 - rank, n = 16 << 10;
+    for (int pass = 0; pass < 2 && rank < 2 && !host_mode; pass++) {  /* payloads in a pool, staged ones */
+        const int peer = 1 - rank, n = pass ? 3 : 16 << 10;
         gbuf_t sb[3], rb[3];
         MPI_Request q[6];
         for (int k = 0; k < 3; k++) {
@@ -2057,6 +2058,59 @@ static void sc_envelope_order(void)
             MPI_Waitall(6, q, MPI_STATUSES_IGNORE);  /* (no stream memory operations: nothing to check) */
         }
         for (int k = 0; k < 3; k++) gb_free_all(&sb[k], &rb[k], (gbuf_t *)NULL);
+    }
+    /* 4d. small device sends (staged; queued until the flush, their copies to the host waited for
+     *     together): derived datatypes freed right after the call, a synchronous-mode send, a host
+     *     send and a blocking send after them with the same tag (the non-overtaking order), a
+     *     request freed by MPI_Request_free */
+    if (rank < 2) {
+        const int peer = 1 - rank;
+        int hv = 0;
+        if (rank == 0) {
+            gbuf_t a = pbuf(0, 70, 6), b = pbuf(0, 71, 8), c = pbuf(0, 72, 2), d = pbuf(0, 73, 2), e = pbuf(0, 74, 5);
+            MPI_Datatype pair, strided;
+            MPI_Type_contiguous(2, MPI_INT, &pair);
+            MPI_Type_commit(&pair);
+            MPI_Type_vector(2, 2, 4, MPI_INT, &strided);  /* ints 0,1 and 4,5 of b */
+            MPI_Type_commit(&strided);
+            MPI_Request q[4], fr;
+            hv = 7070;
+            STEP();
+            MPI_Isend(a.p, 3, pair, 1, TAG + 50, MPI_COMM_WORLD, &q[0]);
+            MPI_Type_free(&pair);
+            MPI_Isend(b.p, 1, strided, 1, TAG + 50, MPI_COMM_WORLD, &q[1]);
+            MPI_Type_free(&strided);
+            MPI_Issend(c.p, 2, MPI_INT, 1, TAG + 50, MPI_COMM_WORLD, &q[2]);
+            MPI_Isend(&hv, 1, MPI_INT, 1, TAG + 50, MPI_COMM_WORLD, &q[3]);
+            MPI_Isend(e.p, 5, MPI_INT, 1, TAG + 51, MPI_COMM_WORLD, &fr);
+            MPI_Request_free(&fr);
+            MPI_Send(d.p, 2, MPI_INT, 1, TAG + 50, MPI_COMM_WORLD);
+            int rc = MPI_Waitall(4, q, MPI_STATUSES_IGNORE);
+            CHECK(rc == MPI_SUCCESS, "Waitall of small sends returned %d", rc);
+            MPI_Barrier(MPI_COMM_WORLD);  /* (the freed request's message is received by now) */
+            gb_free_all(&a, &b, &c, &d, &e, (gbuf_t *)NULL);
+        } else {
+            int want_b[4];
+            for (int i = 0; i < 2; i++) want_b[i] = pval(0, 71, i), want_b[2 + i] = pval(0, 71, 4 + i);
+            precv_check(0, 70, 6, TAG + 50, "small send of a contiguous type freed after the call");
+            gbuf_t r = gb_dev(sizeof(want_b));
+            MPI_Status st;
+            int cnt = -1;
+            STEP();
+            MPI_Recv(r.p, 4, MPI_INT, 0, TAG + 50, MPI_COMM_WORLD, &st);
+            MPI_Get_count(&st, MPI_INT, &cnt);
+            CHECK(cnt == 4, "small send of a vector type freed after the call: count %d (want 4)", cnt);
+            gb_expect(&r, want_b, sizeof(int), "small send of a vector type freed after the call");
+            gb_free(&r);
+            precv_check(0, 72, 2, TAG + 50, "small synchronous-mode send");
+            MPI_Recv(&hv, 1, MPI_INT, 0, TAG + 50, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CHECK(hv == 7070, "host message after small device sends with the same tag: %d", hv);
+            precv_check(0, 73, 2, TAG + 50, "blocking small send after queued ones");
+            precv_check(0, 74, 5, TAG + 51, "small send whose request was freed");
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
     }
     /* 5. a queued send, then nonblocking device collectives waited for (an agreement round): the
      *    peer receives the message before it issues the collectives */

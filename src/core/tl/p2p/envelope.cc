@@ -399,13 +399,20 @@ static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t add
 // next flush, in call order (envelope.h).
 struct Deferred {
     nm_op_t o;  // the call (o.req: set when it is sent)
-    Task *t;
-    Held h;
-    Device *d;   // null: a host payload (the test mode), copied at the call
-    CUevent ev;  // after the copy into the pool; null with src: copied at the flush
-    MPI_Request inner;
-    const void *src = nullptr;  // the payload, copied by the flush's copy kernel
+    Task *t = nullptr;
+    Held h{};
+    Device *d = nullptr;  // null: a host payload (the test mode), or a staged send copied at its call
+    CUevent ev = nullptr; // after the copy into the pool; null with src: copied at the flush
+    MPI_Request inner = MPI_REQUEST_NULL;
+    const void *src = nullptr;  // the payload, copied by the flush's copy kernel to dst (bytes)
+    void *dst = nullptr;
+    size_t bytes = 0;
     CUevent ord = nullptr;      // with src: the legacy stream's work at the call, which the copy follows
+    // a staged send (env_send_staged): the real MPI's send of o from the host shadows of `stage`
+    // (the task's), copied at the flush (src) or at its call (d null: stage_in_wait waits for
+    // it); the caller's derived type, duplicated
+    Stage *stage = nullptr;
+    MPI_Datatype tdup = MPI_DATATYPE_NULL;
 };
 static std::mutex defer_mu;        // the list
 static std::mutex defer_flush_mu;  // one flush at a time: a thread's envelopes leave in its order
@@ -418,33 +425,41 @@ bool env_send_defers(const nm_op_t *o)
            send_mode(o->fn);
 }
 
-// A nonblocking send's envelope, its payload set aside in h, into the queue; its request is a task.
-// src: a payload the flush copies (ev null); the legacy stream's point is recorded here, under
-// the list's lock, so that the list's last entry of a device has the latest point of all.
-static int defer(nm_op_t *o, const Held &h, Device *d, CUevent ev, int *rc, const void *src = nullptr)
+// A nonblocking send into the queue (x: an envelope, its payload set aside in x.h, or a staged
+// send); its request is a task. x.src: a payload the flush copies (x.ev null); the legacy stream's
+// point is recorded here, under the list's lock, so that the list's last entry of a device has
+// the latest point of all.
+static int defer(nm_op_t *o, Deferred x, int *rc)
 {
-    Task *t = Task::get(o);
-    t->set_deferred();
-    CUevent ord = src ? ev_get(d) : nullptr;
-    if ((*rc = t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
-        if (ev || ord) {
-            DeviceGuard dg(d->ctx);
-            if (ev) cu.cuEventSynchronize(ev);
-            ev_put(d, ev ? ev : ord);
+    x.o = *o;
+    x.t = Task::get(o);
+    if (x.stage) x.t->set_inner(MPI_REQUEST_NULL, x.stage);  // (released with the task)
+    x.t->set_deferred();
+    x.ord = x.src ? ev_get(x.d) : nullptr;
+    if ((*rc = x.t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
+        if (x.ev || x.ord) {
+            DeviceGuard dg(x.d->ctx);
+            if (x.ev) cu.cuEventSynchronize(x.ev);
+            ev_put(x.d, x.ev ? x.ev : x.ord);
         }
-        held_free(h);
+        held_free(x.h);
+        if (x.tdup != MPI_DATATYPE_NULL) PMPI_Type_free(&x.tdup);
+        if (x.stage) {
+            x.t->set_inner(MPI_REQUEST_NULL, nullptr);
+            stage_release(x.stage);
+        }
         return 1;
     }
     __atomic_add_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);  // (before a flush can take it)
     std::lock_guard<std::mutex> g(defer_mu);
-    if (ord) {
-        DeviceGuard dg(d->ctx);
-        if (cu.cuEventRecord(ord, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
-            ev_put(d, ord);
-            ord = nullptr;  // (its batch then runs on the legacy stream)
+    if (x.ord) {
+        DeviceGuard dg(x.d->ctx);
+        if (cu.cuEventRecord(x.ord, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+            ev_put(x.d, x.ord);
+            x.ord = nullptr;  // (its batch then runs on the legacy stream)
         }
     }
-    deferred.push_back(Deferred{*o, t, h, d, ev, MPI_REQUEST_NULL, src, ord});
+    deferred.push_back(x);
     ndeferred.store((int)deferred.size(), std::memory_order_release);
     return 1;
 }
@@ -474,7 +489,7 @@ static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferr
             if (v[j].src && v[j].d == d) {
                 last = v[j].ord;
                 all_ord = all_ord && v[j].ord;
-                r.push_back({(char *)(uintptr_t)(pools[v[j].h.pool].base + v[j].h.off), (const char *)v[j].src, v[j].h.len});
+                r.push_back({(char *)v[j].dst, (const char *)v[j].src, v[j].bytes});
             }
         Lane *l = lane_get(d);
         CUstream s = CU_STREAM_LEGACY;  // (no point recorded: after everything, as a last resort)
@@ -507,6 +522,14 @@ void env_flush_sends()
         ndeferred.store(0, std::memory_order_release);
     }
     if (v.empty()) return;
+    // the copies in of staged sends copied at their calls, waited for together (one wait per
+    // copy stream)
+    std::vector<Stage *> stages;
+    for (const Deferred &x : v)
+        if (x.stage && !x.d) stages.push_back(x.stage);
+    std::vector<nm_status_t> staged_st(stages.size());
+    stage_in_wait(stages.data(), stages.size(), staged_st.data());
+    size_t nstaged = 0;
     // the envelopes of sends copied at their calls go before the batches are issued, those of the
     // batched ones after (in call order all the same)
     std::vector<std::pair<Device *, CUevent>> batches;
@@ -518,7 +541,9 @@ void env_flush_sends()
             batches = copy_batched(v);
             issued = true;
         }
-        if (x.d && !x.ev) {
+        if (x.stage && !x.d) {
+            r = staged_st[nstaged++] == NM_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+        } else if (x.d && !x.ev) {
             r = CUDA_ERROR_UNKNOWN;  // (its batch could not be issued)
         } else if (x.d && x.ev != waited) {
             DeviceGuard dg(x.d->ctx);
@@ -526,7 +551,17 @@ void env_flush_sends()
             if (x.src) waited = x.ev;
             else ev_put(x.d, x.ev);  // (a batch's event goes back below)
         }
-        if (r != CUDA_SUCCESS) {
+        if (x.stage) {  // the real MPI's send from the shadow
+            int rc = MPI_SUCCESS;
+            if (r == CUDA_SUCCESS) {
+                x.o.req = &x.inner;
+                if (x.tdup != MPI_DATATYPE_NULL) x.o.stype = x.tdup;
+                rc = nm_real_fns[x.o.fn](&x.o);
+            }
+            if (x.tdup != MPI_DATATYPE_NULL) PMPI_Type_free(&x.tdup);  // (the real MPI keeps what it needs)
+            x.t->sent(x.inner, r != CUDA_SUCCESS ? NM_ERR_CUDA : rc == MPI_SUCCESS ? NM_OK : NM_ERR_MPI,
+                      r != CUDA_SUCCESS ? "the copy of the message to the host failed" : "the real MPI did not take the send");
+        } else if (r != CUDA_SUCCESS) {
             held_free(x.h);
             x.t->sent(MPI_REQUEST_NULL, NM_ERR_CUDA, "the copy of the payload into the send pool failed");
         } else {
@@ -557,7 +592,15 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     // fast as without batches); the ones queued after them are copied together at the flush
     if (later && d && h.wire && ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL &&
         copyv_batchable((const void *)(uintptr_t)(pools[dev].base + h.off), src, bytes))
-        return defer(o, h, d, nullptr, rc, src);
+    {
+        Deferred x;
+        x.h = h;
+        x.d = d;
+        x.src = src;
+        x.dst = (void *)(uintptr_t)(pools[dev].base + h.off);
+        x.bytes = bytes;
+        return defer(o, x, rc);
+    }
     CUevent ev = nullptr;
     bool ok = d && h.wire && (!later || (ev = ev_get(d)));
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with
@@ -579,7 +622,34 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
         *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
         return 1;
     }
-    return defer(o, h, d, ev, rc);
+    Deferred x;
+    x.h = h;
+    x.d = d;
+    x.ev = ev;
+    return defer(o, x, rc);
+}
+
+int env_send_staged(nm_op_t *o, Stage *s, int *rc)
+{
+    Deferred x;
+    x.stage = s;
+    // the real MPI gets the call at the flush: a derived type, which the caller may free at once,
+    // goes as a duplicate
+    int ni = 0, na = 0, nd = 0, comb = MPI_COMBINER_NAMED;
+    PMPI_Type_get_envelope(o->stype, &ni, &na, &nd, &comb);
+    if (comb != MPI_COMBINER_NAMED && PMPI_Type_dup(o->stype, &x.tdup) != MPI_SUCCESS) return 0;
+    // as sends that go as envelopes: the first two of a burst copy at their calls, the later ones
+    // at the flush, by the copy kernel, into shadows it may write (else at their calls too)
+    if (!(ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && stage_copy_target(s, &x.src, &x.dst, &x.bytes, &x.d) &&
+          copyv_batchable(x.dst, x.src, x.bytes))) {
+        x.src = x.dst = nullptr;
+        x.d = nullptr;
+        if (stage_copy_in(s, true) != NM_OK) {
+            if (x.tdup != MPI_DATATYPE_NULL) PMPI_Type_free(&x.tdup);
+            return 0;
+        }
+    }
+    return defer(o, x, rc);
 }
 
 int env_send(nm_op_t *o, int *rc)
@@ -599,7 +669,11 @@ int env_send(nm_op_t *o, int *rc)
     }
     memcpy(h.payload, (const char *)o->sbuf + lo, bytes);
     h.len = bytes;
-    if (env_send_defers(o)) return defer(o, h, nullptr, nullptr, rc);  // as device mode does
+    if (env_send_defers(o)) {  // as device mode does
+        Deferred x;
+        x.h = h;
+        return defer(o, x, rc);
+    }
     *rc = send_held(o, h, NM_ENV_HOST, (uint64_t)(uintptr_t)h.payload, bytes, nullptr);
     return 1;
 }

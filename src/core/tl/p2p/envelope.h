@@ -68,7 +68,13 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
 // Whether o would be queued by env_send_device (a nonblocking device send that goes as an
 // envelope, if the pool has room): such a call leaves the queued envelopes queued.
 bool env_send_defers(const nm_op_t *o);
-// Send the queued envelopes, in the order of their calls.
+// A nonblocking staged send (env_send_defers(o); o's buffer is the host shadow of stage s, whose
+// copy in stage_in only queued): queued with the envelopes, its request a task; the flush waits
+// for the queued copies in once and hands the real MPI the sends in call order. 1 with *rc; 0
+// (the type could not be duplicated): not queued.
+struct Stage;
+int env_send_staged(nm_op_t *o, Stage *s, int *rc);
+// Send the queued envelopes and staged sends, in the order of their calls.
 void env_flush_sends();
 bool env_device();
 

@@ -104,7 +104,11 @@ static std::mutex pool_mu;
 static std::multimap<size_t, void *> pool_free;  // class size -> buffer
 static size_t pool_cached;
 enum Origin { BY_CUDA, BY_HWLOC, BY_HEAP };
-static std::map<void *, Origin> pool_origin;  // how each buffer was allocated
+struct Pinned {
+    Origin how;
+    int mapped_dev;  // the device whose kernels may write it at its own address, or -1
+};
+static std::map<void *, Pinned> pool_origin;  // how each buffer was allocated
 
 static size_t size_class(size_t n)
 {
@@ -133,7 +137,7 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
     if (dev && dev->numa >= 0 && topo_ready) {
         hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)dev->numa);
         if (node) p = hwloc_alloc_membind(topo, cls, node->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
-        if (p && cu.cuMemHostRegister(p, cls, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+        if (p && cu.cuMemHostRegister(p, cls, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS) {
             hwloc_free(topo, p, cls);
             p = nullptr;
         }
@@ -150,14 +154,18 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
         if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
             NM_WARN(STAGE, "pinned host memory exhausted: staging through pageable memory (slower)");
     }
+    // mapped at its own address (unified addressing): a kernel of this device may write it
+    CUdeviceptr mapped = 0;
+    const bool at_own = dev && how != BY_HEAP && cu.cuMemHostGetDevicePointer(&mapped, p, 0) == CUDA_SUCCESS &&
+                        mapped == (CUdeviceptr)(uintptr_t)p;
     std::lock_guard<std::mutex> g(pool_mu);
-    pool_origin[p] = how;
+    pool_origin[p] = Pinned{how, at_own ? dev->ordinal : -1};
     return p;
 }
 
 static void pinned_free(void *p, size_t cls)
 {
-    Origin how = pool_origin[p];
+    Origin how = pool_origin[p].how;
     pool_origin.erase(p);
     if (how == BY_HWLOC) {
         cu.cuMemHostUnregister(p);
@@ -214,6 +222,7 @@ struct Stage {
     // a copy back under way (stage_finish_begin): recorded after it; its result; the envelope
     // payloads whose memory goes back to their senders once it is done
     CUevent done_ev = nullptr;
+    CUevent in_ev = nullptr;     // after the copy in, when its wait is left to stage_in_wait
     PullBatch *batch = nullptr;  // or: the batch its pulls are in (its event stands for done_ev)
     nm_status_t fin = NM_OK;
     EnvRelease rel[2];
@@ -258,7 +267,7 @@ void ev_put(Device *d, CUevent e)
     ev_free[d->ordinal].push_back(e);
 }
 
-nm_status_t stage_copy_in(Stage *s)
+nm_status_t stage_copy_in(Stage *s, bool later)
 {
     if (!s->dev) return NM_OK;
     DeviceGuard g(s->dev->ctx);
@@ -274,9 +283,48 @@ nm_status_t stage_copy_in(Stage *s)
     // the real MPI reads what was copied: wait for it. A call that only receives copies nothing
     // now: the copy back goes on this lane's stream (s->lane, whichever thread completes the
     // call), behind its wait on the application's work, so the call does not wait for the GPU
-    if (st == NM_OK && copied) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+    if (st == NM_OK && copied && later && (s->in_ev = ev_get(s->dev)) &&
+        cu.cuEventRecord(s->in_ev, l->stream) != CUDA_SUCCESS) {
+        ev_put(s->dev, s->in_ev);
+        s->in_ev = nullptr;
+    }
+    if (st == NM_OK && copied && !s->in_ev) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
     s->lane = l;
     return st;
+}
+
+bool stage_copy_target(const Stage *s, const void **src, void **dst, size_t *n, Device **dev)
+{
+    if (!s->dev || s->n != 1 || s->r[0].dir != BUF_IN) return false;
+    {
+        std::lock_guard<std::mutex> g(pool_mu);
+        auto it = pool_origin.find(s->r[0].host);
+        if (it == pool_origin.end() || it->second.mapped_dev != s->dev->ordinal) return false;
+    }
+    *src = s->r[0].dev;
+    *dst = s->r[0].host;
+    *n = s->r[0].len;
+    *dev = s->dev;
+    return true;
+}
+
+void stage_in_wait(Stage *const *v, size_t n, nm_status_t *st)
+{
+    std::vector<std::pair<Lane *, nm_status_t>> waited;  // (a burst's few streams)
+    for (size_t i = n; i-- > 0;) {
+        Stage *s = v[i];
+        st[i] = NM_OK;
+        if (!s->in_ev) continue;
+        auto w = std::find_if(waited.begin(), waited.end(), [s](const auto &x) { return x.first == s->lane; });
+        if (w == waited.end()) {
+            DeviceGuard g(s->dev->ctx);
+            waited.emplace_back(s->lane, cu.cuEventSynchronize(s->in_ev) == CUDA_SUCCESS ? NM_OK : NM_ERR_CUDA);
+            w = waited.end() - 1;
+        }
+        st[i] = w->second;
+        ev_put(s->dev, s->in_ev);
+        s->in_ev = nullptr;
+    }
 }
 
 bool stage_has_out(const Stage *s)
@@ -286,7 +334,7 @@ bool stage_has_out(const Stage *s)
     return false;
 }
 
-nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
+nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out, bool copy_in)
 {
     Stage *s = new Stage;
     for (int i = 0; i < nb; i++) {
@@ -321,7 +369,7 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out)
         if (b[i].dir == BUF_OUT && !b[i].dense) r.dir = BUF_INOUT;  // keep the gaps' contents
     }
     // a persistent call copies at each MPI_Start (stage_copy_in), not when it is made
-    if (!(o->flags & NM_OPF_PERS)) {
+    if (copy_in && !(o->flags & NM_OPF_PERS)) {
         nm_status_t st = stage_copy_in(s);
         if (st != NM_OK) { stage_release(s); return st; }
     }
@@ -378,7 +426,7 @@ void stage_pulls_issue()
 
 nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
 {
-    if (!s->dev) return NM_OK;
+    if (!s->dev || (!stage_has_out(s) && !s->decode)) return NM_OK;  // (a send: nothing comes back)
     DeviceGuard g(s->dev->ctx);
     Lane *l = s->lane;  // lanes live as long as the process
     if (!l) return NM_ERR_CUDA;
@@ -655,6 +703,10 @@ nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc)
 void stage_release(Stage *s)
 {
     if (s->done_ev || s->batch) stage_finish_poll(s, true);  // (a copy back still running: never under way past here)
+    if (s->in_ev) {  // (a queued copy in, never waited for)
+        nm_status_t st;
+        stage_in_wait(&s, 1, &st);
+    }
     for (int i = 0; i < s->n; i++) pinned_put(s->r[i].host, s->r[i].cls);
     decode_free(s->decode);
     if (s->rtype_dup != MPI_DATATYPE_NULL) PMPI_Type_free(&s->rtype_dup);

@@ -43,12 +43,21 @@ CUevent ev_get(Device *d);
 void ev_put(Device *d, CUevent e);
 
 // Swap the device buffers among b[0..nb) for host shadows in `o` (copying in what the call
-// reads) and mark o NM_OPF_STAGED. `*out` owns the shadows.
-nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out);
+// reads, unless !copy_in: the caller copies) and mark o NM_OPF_STAGED. `*out` owns the shadows.
+nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out, bool copy_in = true);
 // Copy what the call reads to the host shadows, after the application's work on the legacy
 // stream (waits for the copy; a call that only receives waits for nothing). stage_in does it,
-// except for a persistent call, whose every MPI_Start does.
-nm_status_t stage_copy_in(Stage *s);
+// except for a persistent call, whose every MPI_Start does. later: the copy is followed by an
+// event instead of the wait.
+nm_status_t stage_copy_in(Stage *s, bool later = false);
+// A call that reads one staged region whose shadow this device's kernels may write (pinned,
+// mapped at its own address): what to copy in (the copy kernel may do it instead of
+// stage_copy_in).
+bool stage_copy_target(const Stage *s, const void **src, void **dst, size_t *n, Device **dev);
+// Wait for the queued copies in of v[0..n) (stage_copy_in's `later`), their results into st[0..n):
+// per copy stream, one wait, for the last of them (a stream runs its copies in order; the
+// stages of one stream are in the order of their calls).
+void stage_in_wait(Stage *const *v, size_t n, nm_status_t *st);
 // Whether the call writes a staged buffer (a receive): stage_finish has something to copy back.
 bool stage_has_out(const Stage *s);
 // Copy what the call wrote back to the device buffers (synchronous). recv_status: a

@@ -1,0 +1,28 @@
+#!/bin/sh
+# p2p_burst.sh BUILDDIR: bursts of nonblocking point-to-point calls on device buffers of the
+# stand-in CUDA driver (test/unit/p2p_burst_prog.c) at 1 to 3 ranks, with envelopes off, in the
+# host test mode and in device mode: the send queue's small staged sends (copied at their calls
+# or at the flush), derived types, a synchronous-mode send, a freed request, a large message.
+b=$1
+d="$b/p2p_burst_test"
+prog="$b/test/unit/p2p_burst_prog"
+. "$(dirname "$0")/stand_in.sh"
+stand_in p2p_burst "$b" "$d" "$prog"
+export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NM_TEST_PRELOAD="$d/libcuda.so.1"
+fail=0
+for env in off host device; do
+  for np in 1 2 3; do
+    NCCLMPI_P2P_ENVELOPE=$env timeout 60 "$b/test/run_mpi.sh" $np preload "$prog" >"$d/out" 2>"$d/err"
+    rc=$?
+    [ $rc = 77 ] && exit 77
+    if [ $rc != 0 ] || ! grep -q "p2p_burst_prog: ok" "$d/out"; then
+      echo "p2p_burst: FAIL with NCCLMPI_P2P_ENVELOPE=$env at $np ranks (exit $rc$([ $rc = 124 ] && echo ': timed out, a hang'))"
+      head -20 "$d/out"
+      tail -10 "$d/err"
+      fail=1
+    else
+      echo "p2p_burst: NCCLMPI_P2P_ENVELOPE=$env, $np ranks: ok"
+    fi
+  done
+done
+exit $fail
