@@ -117,10 +117,11 @@ static size_t size_class(size_t n)
     return c;
 }
 
-void *pinned_get(size_t bytes, Device *dev, size_t *got)
+void *pinned_get(size_t bytes, Device *dev, size_t *got, bool *mapped)
 {
     size_t cls = size_class(bytes);
     *got = cls;
+    if (mapped) *mapped = false;
     {
         std::lock_guard<std::mutex> g(pool_mu);
         auto it = pool_free.find(cls);
@@ -128,6 +129,7 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
             void *p = it->second;
             pool_free.erase(it);
             pool_cached -= cls;
+            if (mapped) *mapped = dev && pool_origin[p].mapped_dev == dev->ordinal;
             return p;
         }
     }
@@ -155,11 +157,12 @@ void *pinned_get(size_t bytes, Device *dev, size_t *got)
             NM_WARN(STAGE, "pinned host memory exhausted: staging through pageable memory (slower)");
     }
     // mapped at its own address (unified addressing): a kernel of this device may write it
-    CUdeviceptr mapped = 0;
-    const bool at_own = dev && how != BY_HEAP && cu.cuMemHostGetDevicePointer(&mapped, p, 0) == CUDA_SUCCESS &&
-                        mapped == (CUdeviceptr)(uintptr_t)p;
+    CUdeviceptr dp = 0;
+    const bool at_own = dev && how != BY_HEAP && cu.cuMemHostGetDevicePointer(&dp, p, 0) == CUDA_SUCCESS &&
+                        dp == (CUdeviceptr)(uintptr_t)p;
     std::lock_guard<std::mutex> g(pool_mu);
     pool_origin[p] = Pinned{how, at_own ? dev->ordinal : -1};
+    if (mapped) *mapped = at_own;
     return p;
 }
 
@@ -206,6 +209,7 @@ struct Region {
     size_t cls;   // pool class of `host`
     int dir;
     bool counted; // a point-to-point receive: only the bytes received go back (the status says)
+    bool mapped;  // `host` is mapped at its own address for the stage's device: its kernels may copy
 };
 
 struct Stage {
@@ -295,12 +299,7 @@ nm_status_t stage_copy_in(Stage *s, bool later)
 
 bool stage_copy_target(const Stage *s, const void **src, void **dst, size_t *n, Device **dev)
 {
-    if (!s->dev || s->n != 1 || s->r[0].dir != BUF_IN) return false;
-    {
-        std::lock_guard<std::mutex> g(pool_mu);
-        auto it = pool_origin.find(s->r[0].host);
-        if (it == pool_origin.end() || it->second.mapped_dev != s->dev->ordinal) return false;
-    }
+    if (!s->dev || s->n != 1 || s->r[0].dir != BUF_IN || !s->r[0].mapped) return false;
     *src = s->r[0].dev;
     *dst = s->r[0].host;
     *n = s->r[0].len;
@@ -349,7 +348,7 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out, bool copy
         // one gets back the received bytes only (a sparse one is copied in first, below)
         r.counted = (nm_opk(o->kind) & NM_KF_P2P) && b[i].is_recv && b[i].dir == BUF_OUT && b[i].dense;
         if (r.counted && o->status == MPI_STATUS_IGNORE) o->status = &s->status;
-        r.host = (char *)pinned_get(r.len, s->dev, &r.cls);
+        r.host = (char *)pinned_get(r.len, s->dev, &r.cls, &r.mapped);
         if (!r.host) {
             NM_ERROR(STAGE, "cannot allocate %zu bytes of pinned host memory", r.len);
             stage_release(s);
@@ -461,9 +460,14 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
             PMPI_Get_elements_x(recv_status, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED && got >= 0 &&
             (size_t)got < len)
             len = (size_t)got;
-        if (len) {
-            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, len, l->stream),
-                        st = NM_ERR_CUDA);
+        if (len) {  // (from a mapped shadow, on this thread's lane: with the other copies of this sweep,
+                    // by one copy-kernel launch)
+            if (s->r[i].mapped && open) {
+                if (!stage_pull_async(s->r[i].dev, (CUdeviceptr)(uintptr_t)s->r[i].host, len, l->stream)) st = NM_ERR_CUDA;
+            } else {
+                NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)s->r[i].dev, (CUdeviceptr)s->r[i].host, len, l->stream),
+                            st = NM_ERR_CUDA);
+            }
             copied = true;
         }
     }

@@ -69,8 +69,9 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
 nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status);
 nm_status_t stage_finish_poll(Stage *s, bool wait);
 void stage_release(Stage *s);
-// A receive's pull of n bytes at src (a peer's pool, mapped here) into device memory at dst,
-// queued on `stream` (the calling thread's lane's): copies queued by stage_finish_begin calls
+// A receive's pull of n bytes at src (a peer's pool, mapped here, or a mapped host shadow) into
+// device memory at dst, queued on `stream` (the calling thread's lane's): copies queued by
+// stage_finish_begin calls
 // are launched together, by one copy kernel, at stage_pulls_issue (or when one of them is
 // waited for) and share one event. Larger than NCCLMPI_P2P_COPY_BATCH, without the kernel, or
 // unaligned: a driver copy at once.
@@ -98,7 +99,8 @@ nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc);
 
 // Pinned host memory from the pool (NUMA-local to `dev` when hwloc can tell; dev == nullptr:
 // the current context registers it).
-void *pinned_get(size_t bytes, Device *dev, size_t *got);
+// *mapped (when asked): mapped at its own address for dev, whose kernels may read and write it.
+void *pinned_get(size_t bytes, Device *dev, size_t *got, bool *mapped = nullptr);
 void pinned_put(void *p, size_t bytes);
 void pinned_trim();
 
