@@ -177,6 +177,11 @@ endforeach()
 
 # a device receive in one thread while another thread's probe takes its message out of matching:
 # with device envelopes (the probe meets one) and with the default settings
+# a device send while another thread of the rank waits in the real MPI, envelopes on (default) and off
+add_test(gpu_blocked_thread_np2 ${GRUN} 2 "${B}/test/gpu/gpu_blocked_thread")
+add_test(gpu_blocked_thread_np2_staged ${GRUN} 2 "${B}/test/gpu/gpu_blocked_thread")
+set_tests_properties(gpu_blocked_thread_np2 gpu_blocked_thread_np2_staged PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77)
+set_tests_properties(gpu_blocked_thread_np2_staged PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=off")
 add_test(gpu_probe_race_np2_envelope ${GRUN} 2 "${B}/test/gpu/gpu_probe_race")
 add_test(gpu_probe_race_np2 ${GRUN} 2 "${B}/test/gpu/gpu_probe_race")
 set_tests_properties(gpu_probe_race_np2_envelope gpu_probe_race_np2 PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77)

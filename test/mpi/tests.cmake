@@ -64,6 +64,11 @@ add_test(mpi_coverage sh "${S}/test/mpi/coverage.sh" "${S}" "${B}")
 set_tests_properties(mpi_coverage PROPERTIES LABELS "mpi" TIMEOUT 60)
 
 # two threads per rank receiving envelopes (MPI_THREAD_MULTIPLE), and the same under plain MPI
+# a send while another thread of the rank waits in the real MPI (the send queue must not hold it)
+add_test(mpi_p2p_blocked_thread_np2_envelope "${RUN}" 2 preload "${B}/test/mpi/p2p_blocked_thread")
+add_test(mpi_p2p_blocked_thread_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_blocked_thread")
+set_tests_properties(mpi_p2p_blocked_thread_np2_envelope mpi_p2p_blocked_thread_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+set_tests_properties(mpi_p2p_blocked_thread_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=1024")
 add_test(mpi_p2p_threads_np2_envelope "${RUN}" 2 preload "${B}/test/mpi/p2p_threads")
 add_test(mpi_p2p_threads_np2_plain "${RUN}" 2 plain "${B}/test/mpi/p2p_threads")
 set_tests_properties(mpi_p2p_threads_np2_envelope mpi_p2p_threads_np2_plain PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)

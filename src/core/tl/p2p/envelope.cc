@@ -421,8 +421,10 @@ static std::atomic<int> ndeferred{0};  // its size, read without a lock (a send 
 
 bool env_send_defers(const nm_op_t *o)
 {
-    return nm_env_active && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND && !(o->flags & NM_OPF_PERS) &&
-           send_mode(o->fn);
+    // (not under MPI_THREAD_MULTIPLE: another thread of the rank may be waiting inside the real MPI
+    // already, for a reply to this very send, and nothing would flush the queue: test/mpi/p2p_blocked_thread)
+    return nm_env_active && !nm_thread_multiple && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND &&
+           !(o->flags & NM_OPF_PERS) && send_mode(o->fn);
 }
 
 // A nonblocking send into the queue (x: an envelope, its payload set aside in x.h, or a staged
