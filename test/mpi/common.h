@@ -542,4 +542,46 @@ static inline void tu_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* Message buffers of the programs that are also built for device memory (-DNM_GPU_TEST:
+ * test/gpu/gpu_probe_race, gpu_blocked_thread): host memory here, device memory there. */
+#ifdef NM_GPU_TEST
+#include <cuda_runtime.h>
+static inline void *tu_buf_new(size_t n)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 2);
+    return p;
+}
+static inline void tu_buf_put(void *dst, const int *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice); }
+static inline void tu_buf_get(int *dst, const void *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost); }
+static inline void tu_buf_free(void *p) { cudaFree(p); }
+#else
+static inline void *tu_buf_new(size_t n) { return malloc(n); }
+static inline void tu_buf_put(void *dst, const int *src, size_t n) { memcpy(dst, src, n); }
+static inline void tu_buf_get(int *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+static inline void tu_buf_free(void *p) { free(p); }
+#endif
+
+/* The GPU build: this rank's GPU (by its rank on the node); 0 with a message when there is none
+ * (the caller finalizes and skips). The host build: 1. */
+static inline int tu_buf_device(const char *prog, int rank)
+{
+#ifdef NM_GPU_TEST
+    int ndev = 0, lrank = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        if (rank == 0) printf("%s: skipped (no GPU)\n", prog);
+        return 0;
+    }
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &lrank);
+    MPI_Comm_free(&node);
+    cudaSetDevice(lrank % ndev);
+#else
+    (void)prog;
+    (void)rank;
+#endif
+    return 1;
+}
+
 #endif

@@ -19,24 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef NM_GPU_TEST
-#include <cuda_runtime.h>
-static void *buf_new(size_t n)
-{
-    void *p = NULL;
-    if (cudaMalloc(&p, n) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 2);
-    return p;
-}
-static void buf_put(void *dst, const int *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice); }
-static void buf_get(int *dst, const void *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost); }
-static void buf_free(void *p) { cudaFree(p); }
-#else
-static void *buf_new(size_t n) { return malloc(n); }
-static void buf_put(void *dst, const int *src, size_t n) { memcpy(dst, src, n); }
-static void buf_get(int *dst, const void *src, size_t n) { memcpy(dst, src, n); }
-static void buf_free(void *p) { free(p); }
-#endif
-
+/* (the buffers, tu_buf_*: device memory in the GPU build) */
 static int rank, failures, irecv_helper;
 static const char *current = "setup";
 
@@ -68,12 +51,12 @@ static void run_case(const char *name, int n, int use_irecv)
     current = name;
     irecv_helper = use_irecv;
     int *h = malloc((size_t)n * sizeof(int));
-    void *b = buf_new((size_t)n * sizeof(int));
+    void *b = tu_buf_new((size_t)n * sizeof(int));
     MPI_Barrier(MPI_COMM_WORLD);
     alarm(20);
     if (rank == 0) {
         for (int i = 0; i < n; i++) h[i] = 31 * n + i;
-        buf_put(b, h, (size_t)n * sizeof(int));
+        tu_buf_put(b, h, (size_t)n * sizeof(int));
         int reply = 0;
         pthread_t t;
         pthread_create(&t, NULL, helper, &reply);
@@ -88,9 +71,9 @@ static void run_case(const char *name, int n, int use_irecv)
         }
     } else if (rank == 1) {
         for (int i = 0; i < n; i++) h[i] = -1;
-        buf_put(b, h, (size_t)n * sizeof(int));
+        tu_buf_put(b, h, (size_t)n * sizeof(int));
         MPI_Recv(b, n, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        buf_get(h, b, (size_t)n * sizeof(int));
+        tu_buf_get(h, b, (size_t)n * sizeof(int));
         int bad = -1;
         for (int i = 0; i < n && bad < 0; i++)
             if (h[i] != 31 * n + i) bad = i;
@@ -102,7 +85,7 @@ static void run_case(const char *name, int n, int use_irecv)
         MPI_Send(&reply, 1, MPI_INT, 0, 2, MPI_COMM_WORLD);
     }
     alarm(0);
-    buf_free(b);
+    tu_buf_free(b);
     free(h);
 }
 
@@ -113,9 +96,9 @@ static void run_coll_case(MPI_Comm c)
     current = "two MPI_Iallreduce, helper in MPI_Recv";
     irecv_helper = 0;
     int *h = malloc(n * sizeof(int));
-    void *s = buf_new(n * sizeof(int)), *r[2] = {buf_new(n * sizeof(int)), buf_new(n * sizeof(int))};
+    void *s = tu_buf_new(n * sizeof(int)), *r[2] = {tu_buf_new(n * sizeof(int)), tu_buf_new(n * sizeof(int))};
     for (int i = 0; i < n; i++) h[i] = (rank + 1) * 100 + i;
-    buf_put(s, h, n * sizeof(int));
+    tu_buf_put(s, h, n * sizeof(int));
     MPI_Allreduce(s, r[0], n, MPI_INT, MPI_SUM, c);  /* (the communicator's first device use) */
     MPI_Barrier(MPI_COMM_WORLD);
     alarm(20);
@@ -137,7 +120,7 @@ static void run_coll_case(MPI_Comm c)
     int size = 0;
     MPI_Comm_size(c, &size);
     for (int k = 0; k < 2; k++) {
-        buf_get(h, r[k], n * sizeof(int));
+        tu_buf_get(h, r[k], n * sizeof(int));
         int bad = -1;
         for (int i = 0; i < n && bad < 0; i++)
             if (h[i] != 100 * size * (size + 1) / 2 + size * i) bad = i;
@@ -150,9 +133,9 @@ static void run_coll_case(MPI_Comm c)
         failures++;
         fprintf(stderr, "p2p_blocked_thread: case %s: reply %d\n", current, reply);
     }
-    buf_free(s);
-    buf_free(r[0]);
-    buf_free(r[1]);
+    tu_buf_free(s);
+    tu_buf_free(r[0]);
+    tu_buf_free(r[1]);
     free(h);
 }
 
@@ -160,19 +143,10 @@ int main(int argc, char **argv)
 {
     int size;
     if (!tu_init_multiple(&argc, &argv, 2, &rank, &size)) return 77;
-#ifdef NM_GPU_TEST
-    int ndev = 0, lrank = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        if (rank == 0) printf("p2p_blocked_thread: skipped (no GPU)\n");
+    if (!tu_buf_device("p2p_blocked_thread", rank)) {
         MPI_Finalize();
         return 77;
     }
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &lrank);
-    MPI_Comm_free(&node);
-    cudaSetDevice(lrank % ndev);
-#endif
     signal(SIGALRM, on_alarm);
     run_case("small message, helper in MPI_Recv", 2, 0);
     run_case("small message, helper in MPI_Wait", 2, 1);

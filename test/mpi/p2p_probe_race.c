@@ -104,26 +104,8 @@ static void fail(const char *fmt, ...)
     failures++;
 }
 
-/* the messages' buffers: host memory, or device memory in the GPU build (gpu_probe_race: the
- * receives take ncclmpi's staged route, Y travels as a device envelope) */
-#ifdef NM_GPU_TEST
-#include <cuda_runtime.h>
-static void *buf_new(size_t n)
-{
-    void *p = NULL;
-    if (cudaMalloc(&p, n) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 2);
-    return p;
-}
-static void buf_put(void *dst, const int *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice); }
-static void buf_get(int *dst, const void *src, size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost); }
-static void buf_free(void *p) { cudaFree(p); }
-#else
-static void *buf_new(size_t n) { return malloc(n); }
-static void buf_put(void *dst, const int *src, size_t n) { memcpy(dst, src, n); }
-static void buf_get(int *dst, const void *src, size_t n) { memcpy(dst, src, n); }
-static void buf_free(void *p) { free(p); }
-#endif
-
+/* (the messages' buffers, tu_buf_*: device memory in the GPU build, gpu_probe_race, where the
+ * receives take ncclmpi's staged route and Y travels as a device envelope) */
 static int x_value(int c, int i) { return 1000 * (c + 1) + i; }
 static int y_value(int c, int i) { return 77 * c + 3 * i + 1; }
 
@@ -149,12 +131,12 @@ static void *receiver(void *arg)
 {
     const int c = (int)(long)arg;
     int *host = malloc(ROOM * sizeof(int));
-    void *buf = buf_new(ROOM * sizeof(int)), *back = buf_new(NREP * sizeof(int));
+    void *buf = tu_buf_new(ROOM * sizeof(int)), *back = tu_buf_new(NREP * sizeof(int));
     for (int i = 0; i < ROOM; i++) host[i] = -7;
-    buf_put(buf, host, ROOM * sizeof(int));
+    tu_buf_put(buf, host, ROOM * sizeof(int));
     for (int i = 0; i < NREP; i++) host[i] = -(i + 1);
-    buf_put(back, host, NREP * sizeof(int));
-    if (c == C_SENDRECV_REPLACE) buf_put(buf, host, NREP * sizeof(int));
+    tu_buf_put(back, host, NREP * sizeof(int));
+    if (c == C_SENDRECV_REPLACE) tu_buf_put(buf, host, NREP * sizeof(int));
     MPI_Status st;
     memset(&st, 0, sizeof(st));
     MPI_Request q = MPI_REQUEST_NULL;
@@ -198,14 +180,14 @@ static void *receiver(void *arg)
     }
     armed = 0;
     atomic_store(&in_window, 1);  /* (a path that reached no entry point above: thread B goes on) */
-    buf_get(host, buf, ROOM * sizeof(int));
+    tu_buf_get(host, buf, ROOM * sizeof(int));
     if (rc != MPI_SUCCESS) fail("error %d", rc);
     /* (the last case: with ncclmpi, thread B took X in A's window; without, A took it first) */
     else check_msg("thread A", host, &st, c, TAG_X, c == C_MPROBE_LATER && layered, ROOM,
                    c == C_SENDRECV_REPLACE ? -(NX + 1) : -7);
     free(host);
-    buf_free(buf);
-    buf_free(back);
+    tu_buf_free(buf);
+    tu_buf_free(back);
     return NULL;
 }
 
@@ -217,23 +199,23 @@ static void *prober(void *arg)
     MPI_Status st;
     int count = -1;
     int *y = malloc(NY * sizeof(int));
-    void *dy = buf_new(NY * sizeof(int));
+    void *dy = tu_buf_new(NY * sizeof(int));
     for (int i = 0; i < NY; i++) y[i] = -5;
-    buf_put(dy, y, NY * sizeof(int));
+    tu_buf_put(dy, y, NY * sizeof(int));
     if (c == C_MPROBE_LATER) {  /* X, taken while thread A's Mprobe is in its window */
         if (MPI_Recv(dy, NY, MPI_INT, 0, TAG_X, comm, &st) != MPI_SUCCESS) fail("recv of X failed");
-        buf_get(y, dy, NY * sizeof(int));
+        tu_buf_get(y, dy, NY * sizeof(int));
         check_msg("thread B", y, &st, c, TAG_X, !layered, NY, -5);
     } else {
         if (MPI_Probe(0, TAG_Y, comm, &st) != MPI_SUCCESS) fail("probe failed");
         MPI_Get_count(&st, MPI_INT, &count);
         if (count != NY || st.MPI_TAG != TAG_Y) fail("probe: count %d, tag %d", count, st.MPI_TAG);
         if (MPI_Recv(dy, NY, MPI_INT, 0, TAG_Y, comm, &st) != MPI_SUCCESS) fail("recv of Y failed");
-        buf_get(y, dy, NY * sizeof(int));
+        tu_buf_get(y, dy, NY * sizeof(int));
         check_msg("thread B", y, &st, c, TAG_Y, 1, NY, -1000);
     }
     free(y);
-    buf_free(dy);
+    tu_buf_free(dy);
     return NULL;
 }
 
@@ -241,19 +223,10 @@ int main(int argc, char **argv)
 {
     int size = 0;
     if (!tu_init_multiple(&argc, &argv, 2, &rank, &size)) return 77;
-#ifdef NM_GPU_TEST
-    int ndev = 0, lrank = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        if (rank == 0) printf("p2p_probe_race: skipped (no GPU)\n");
+    if (!tu_buf_device("p2p_probe_race", rank)) {
         MPI_Finalize();
         return 77;
     }
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &lrank);
-    MPI_Comm_free(&node);
-    cudaSetDevice(lrank % ndev);
-#endif
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     signal(SIGALRM, on_alarm);
@@ -270,16 +243,16 @@ int main(int argc, char **argv)
         atomic_store(&window_hits, 0);
         if (rank == 0) {
             int x[NX], *y = malloc(NY * sizeof(int)), back[NREP];
-            void *dx = buf_new(sizeof(x)), *dy = buf_new(NY * sizeof(int)), *dback = buf_new(sizeof(back));
+            void *dx = tu_buf_new(sizeof(x)), *dy = tu_buf_new(NY * sizeof(int)), *dback = tu_buf_new(sizeof(back));
             for (int i = 0; i < NX; i++) x[i] = x_value(c, i);
             for (int i = 0; i < NY; i++) y[i] = y_value(c, i);
-            buf_put(dx, x, sizeof(x));
-            buf_put(dy, y, NY * sizeof(int));
+            tu_buf_put(dx, x, sizeof(x));
+            tu_buf_put(dy, y, NY * sizeof(int));
             MPI_Send(dx, NX, MPI_INT, 1, TAG_X, comm);
             MPI_Send(dy, NY, MPI_INT, 1, c == C_MPROBE_LATER ? TAG_X : TAG_Y, comm);
             if (c == C_SENDRECV || c == C_SENDRECV_REPLACE) {
                 MPI_Recv(dback, NREP, MPI_INT, 1, TAG_BACK, comm, MPI_STATUS_IGNORE);
-                buf_get(back, dback, sizeof(back));
+                tu_buf_get(back, dback, sizeof(back));
                 for (int i = 0; i < NREP; i++)
                     if (back[i] != -(i + 1)) {
                         fail("sent part: element %d is %d", i, back[i]);
@@ -287,9 +260,9 @@ int main(int argc, char **argv)
                     }
             }
             free(y);
-            buf_free(dx);
-            buf_free(dy);
-            buf_free(dback);
+            tu_buf_free(dx);
+            tu_buf_free(dy);
+            tu_buf_free(dback);
         } else if (rank == 1) {
             pthread_t a, b;
             pthread_create(&a, NULL, receiver, (void *)(long)c);

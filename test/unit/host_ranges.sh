@@ -13,7 +13,6 @@ fail() { echo "host_ranges: FAIL: $*"; cat "$d/out"; tail -20 "$d/err"; exit 1; 
 prog="$b/test/unit/host_ranges_prog"
 . "$(dirname "$0")/stand_in.sh"
 stand_in host_ranges "$b" "$d" "$prog"
-export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NM_TEST_PRELOAD="$d/libcuda.so.1"
 run() {  # [SETTING=VALUE]: one run into $d/out
   env "$@" "$b/test/run_mpi.sh" 1 preload "$prog" >"$d/out" 2>"$d/err" || fail "the run ($*) failed"
   grep -q "host_ranges_prog: ok" "$d/out" || fail "wrong results ($*)"

@@ -9,7 +9,7 @@ d="$b/mt_engine_test"
 prog="$b/test/unit/mt_engine_prog"
 . "$(dirname "$0")/stand_in.sh"
 stand_in mt_engine "$b" "$d" "$prog"
-export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NM_TEST_PRELOAD="${NM_MT_ENGINE_PRELOAD:+$NM_MT_ENGINE_PRELOAD:}$d/libcuda.so.1"
+NM_TEST_PRELOAD="${NM_MT_ENGINE_PRELOAD:+$NM_MT_ENGINE_PRELOAD:}$NM_TEST_PRELOAD"
 timeout 120 "$b/test/run_mpi.sh" 1 preload "$prog" >"$d/out" 2>"$d/err"
 rc=$?
 cat "$d/out"

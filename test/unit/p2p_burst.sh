@@ -8,7 +8,6 @@ d="$b/p2p_burst_test"
 prog="$b/test/unit/p2p_burst_prog"
 . "$(dirname "$0")/stand_in.sh"
 stand_in p2p_burst "$b" "$d" "$prog"
-export NCCLMPI_CUDA_LIB="$d/libcuda.so.1" NM_TEST_PRELOAD="$d/libcuda.so.1"
 fail=0
 for env in off host device; do
   for np in 1 2 3; do

@@ -3,7 +3,8 @@
 #   stand_in NAME BUILDDIR DIR [FILE...]
 # makes DIR afresh with the stand-ins under the names ncclmpi and applications load
 # (DIR/libcuda.so.1, DIR/libnccl.so.2), drops the caller's NCCLMPI_* settings, sets Open MPI up
-# for a container (shared memory, no UCX or OFI) and NCCLMPI_NCCL_LIB to the stand-in; exits 77
+# for a container (shared memory, no UCX or OFI), NCCLMPI_NCCL_LIB and NCCLMPI_CUDA_LIB to the
+# stand-ins and NM_TEST_PRELOAD (test/run_mpi.sh) to the driver's; exits 77
 # (skipped) when a FILE or a stand-in is not built.
 stand_in() {
   _si_name=$1 _si_b=$2 _si_d=$3
@@ -18,4 +19,6 @@ stand_in() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl="self,vader" OMPI_MCA_pml="^ucx"
   export OMPI_MCA_mtl="^ofi" OMPI_MCA_osc="^ucx" OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_opal_cuda_support=0
   export NCCLMPI_NCCL_LIB="$_si_d/libnccl.so.2"
+  # the program loads the stand-in driver (preloaded), and ncclmpi finds it there
+  export NCCLMPI_CUDA_LIB="$_si_d/libcuda.so.1" NM_TEST_PRELOAD="$_si_d/libcuda.so.1"
 }
