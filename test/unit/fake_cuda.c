@@ -153,9 +153,16 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCES
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!current) return CUDA_ERROR_INVALID_CONTEXT; *d = 0; return CUDA_SUCCESS; }
 
-static int stream_token, event_token;
-EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = (CUstream)&stream_token; return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static int event_token;
+/* a handle of its own per stream, as the real driver gives (code that tells streams apart by their
+ * handles must see different ones) */
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
+{
+    (void)flags;
+    *s = (CUstream)malloc(1);
+    return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuStreamDestroy(CUstream s) { free(s); return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s; (void)e; (void)f; return CUDA_SUCCESS; }
