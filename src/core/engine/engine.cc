@@ -599,10 +599,8 @@ nm_status_t engine_submit(Op *op, std::string *err)
     // do): an isolated MPI_Iallreduce overlaps the compute that follows it. Ops issued back to
     // back are queued for one agreed group. The decision is this rank's alone; the rounds keep
     // every rank's groups equal whatever each decided.
-    // Under MPI_THREAD_MULTIPLE nothing is queued: another thread of this rank may be waiting in
-    // the real MPI already, for something a peer does only once this op has run (design.md).
     double now = nm_now_s();
-    bool burst = !nm_thread_multiple && now - cs->last_nb < 1e-6 * (double)nm_cfg.COALESCE_WINDOW;
+    bool burst = engine_may_hold() && now - cs->last_nb < 1e-6 * (double)nm_cfg.COALESCE_WINDOW;
     cs->last_nb = now;
     if (!burst) {
         flush_singletons(cs);  // what an earlier burst left queued goes first

@@ -25,6 +25,13 @@ namespace ncclmpi {
 // The real MPI runs at MPI_THREAD_MULTIPLE (set at MPI_Init).
 extern int nm_thread_multiple;
 
+// Whether an operation may wait for the rank's next MPI call before it goes out (a nonblocking
+// collective queued for coalescing, a nonblocking send in the envelopes' send queue). Not under
+// MPI_THREAD_MULTIPLE: another thread of the rank may already wait inside the real MPI for what the
+// operation leads to at a peer, and no call of ncclmpi's would come to flush it
+// (test/mpi/p2p_blocked_thread).
+inline bool engine_may_hold() { return !nm_thread_multiple; }
+
 // A lock that only MPI_THREAD_MULTIPLE needs (the engine's pools, task lists, communicator queues
 // and NCCL use): at a lower thread level one thread at a time is inside MPI, so inside ncclmpi
 // (the application's own synchronisation orders them), and the lock costs nothing.

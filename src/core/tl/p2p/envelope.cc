@@ -421,9 +421,7 @@ static std::atomic<int> ndeferred{0};  // its size, read without a lock (a send 
 
 bool env_send_defers(const nm_op_t *o)
 {
-    // (not under MPI_THREAD_MULTIPLE: another thread of the rank may be waiting inside the real MPI
-    // already, for a reply to this very send, and nothing would flush the queue: test/mpi/p2p_blocked_thread)
-    return nm_env_active && !nm_thread_multiple && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND &&
+    return nm_env_active && engine_may_hold() && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND &&
            !(o->flags & NM_OPF_PERS) && send_mode(o->fn);
 }
 
@@ -469,6 +467,16 @@ static int defer(nm_op_t *o, Deferred x, int *rc)
 // Sends of a burst that copy their payloads at their calls before the others wait for the flush
 // (2xH200: with one, a two-neighbour ring took 0.1x raw NCCL's time more than without batches).
 enum { COPIED_AT_CALL = 2 };
+
+// Whether a queued send's payload (n bytes, src to dst) is copied at the flush, by the copy kernel
+// with the others', rather than at its call: the first COPIED_AT_CALL sends of a burst copy at
+// their calls (their copies overlap what the caller does until the flush: an exchange or a ring,
+// which waits for those copies at once, is as fast as without batches), and so does one the
+// kernel cannot take.
+static bool copied_at_flush(const void *dst, const void *src, size_t n)
+{
+    return ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && copyv_batchable(dst, src, n);
+}
 
 // The payloads of v's batched sends into their pool blocks: per device, copy-kernel launches on
 // the flushing thread's copy stream after the legacy stream's point at the last of these sends'
@@ -589,12 +597,7 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
     const bool later = env_send_defers(o);
-    // the first two sends of a burst copy at their calls (their copies overlap what the caller
-    // does until the flush: an exchange or a ring, which waits for those copies at once, is as
-    // fast as without batches); the ones queued after them are copied together at the flush
-    if (later && d && h.wire && ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL &&
-        copyv_batchable((const void *)(uintptr_t)(pools[dev].base + h.off), src, bytes))
-    {
+    if (later && d && h.wire && copied_at_flush((const void *)(uintptr_t)(pools[dev].base + h.off), src, bytes)) {
         Deferred x;
         x.h = h;
         x.d = d;
@@ -640,10 +643,8 @@ int env_send_staged(nm_op_t *o, Stage *s, int *rc)
     int ni = 0, na = 0, nd = 0, comb = MPI_COMBINER_NAMED;
     PMPI_Type_get_envelope(o->stype, &ni, &na, &nd, &comb);
     if (comb != MPI_COMBINER_NAMED && PMPI_Type_dup(o->stype, &x.tdup) != MPI_SUCCESS) return 0;
-    // as sends that go as envelopes: the first two of a burst copy at their calls, the later ones
-    // at the flush, by the copy kernel, into shadows it may write (else at their calls too)
-    if (!(ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && stage_copy_target(s, &x.src, &x.dst, &x.bytes, &x.d) &&
-          copyv_batchable(x.dst, x.src, x.bytes))) {
+    // (the kernel writes only shadows mapped for the device: stage_copy_target)
+    if (!(stage_copy_target(s, &x.src, &x.dst, &x.bytes, &x.d) && copied_at_flush(x.dst, x.src, x.bytes))) {
         x.src = x.dst = nullptr;
         x.d = nullptr;
         if (stage_copy_in(s, true) != NM_OK) {
