@@ -17,7 +17,7 @@ import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
-PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "PERSIST", "PROBE"}
+PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "STAGE", "PERSIST", "PROBE"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
@@ -46,8 +46,10 @@ def read_rows(path):
                 if a["role"] not in ROLES:
                     sys.exit("gen_wrappers: %s: unknown role %s" % (name, a["role"]))
             roles = [a["role"] for a in args]
-            if path == "REJECT" and not any(r in BUF_ROLES for r in roles):
-                sys.exit("gen_wrappers: %s: a REJECT row needs a buffer" % name)
+            if path in ("REJECT", "STAGE") and not any(r in BUF_ROLES for r in roles):
+                sys.exit("gen_wrappers: %s: a %s row needs a buffer" % (name, path))
+            if path == "STAGE" and sum(r in BUF_ROLES for r in roles) > 2:
+                sys.exit("gen_wrappers: %s: a STAGE row has at most two buffers" % name)
             if path == "DATA" and any(r in ("CBUF", "WIN", "WINOUT", "FILE", "STR") for r in roles):
                 sys.exit("gen_wrappers: %s: role not describable on the DATA path" % name)
             rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args))
@@ -163,6 +165,57 @@ def reject_resets(r, fortran):
     return out
 
 
+# STAGE rows: local calls (packing, MPI_Reduce_local, MPI-IO data calls) whose device buffers are
+# copied to host shadows around the real MPI's call (src/core/tl/staged/local.cc). The buffers are
+# REJECT's, each with its direction: SBUF is read, RBUF read and written (MPI_Reduce_local's
+# inoutbuf; packing writes only part of it, the rest must stay), BUF read by a write and read and
+# written by a read (a short read at the end of the file, or a datatype with gaps, leaves bytes
+# alone). A split collective's _begin stages, its _end finds the shadows by file handle.
+def stage_bufs(r, fortran):
+    bufs = reject_bufs(r, fortran)
+    dirs = []
+    for a in r["args"]:
+        if a["role"] in BUF_ROLES:
+            dirs.append(1 if a["role"] == "RBUF" or (a["role"] == "BUF" and "read" in r["name"].lower()) else 0)
+    return ["%s, %d}" % (b[:-1], d) for b, d in zip(bufs, dirs)]
+
+
+def stage_how(r):
+    n = r["name"]
+    return "NM_STAGE_BEGIN" if n.endswith("_begin") else "NM_STAGE_END" if n.endswith("_end") else "0"
+
+
+def stage_objs(r, fortran):
+    """The call's file and communicator (their error handlers report a failed staging)."""
+    roles = first_roles(r)
+    fh = ("PMPI_File_f2c(*%s)" if fortran else "%s") % roles["FILE"] if "FILE" in roles else "MPI_FILE_NULL"
+    comm = ("PMPI_Comm_f2c(*%s)" if fortran else "%s") % roles["COMM"] if "COMM" in roles else "MPI_COMM_NULL"
+    return fh, comm
+
+
+def stage_body(r, fortran, real_call, req_get, req_put, ret, resets):
+    """The staging block of a STAGE wrapper (C or Fortran): stage, the real call on the shadows
+    (`real_call`, which passes sh[i] for buffer i), the copies back or the request's task.
+    ret(v): the lines that end the wrapper with result v."""
+    bufs = stage_bufs(r, fortran)
+    fh, comm = stage_objs(r, fortran)
+    fn = "NM_FN_%s" % r["name"]
+    out = ["const nm_sbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+           "void *sh[%d];" % len(bufs),
+           "void *tok = NULL;",
+           "int rc = MPI_SUCCESS;",
+           "const int e = nm_stage_local(%s, b, %d, %s, %s, %s, sh, &tok, &rc);" % (fn, len(bufs), stage_how(r), fh, comm),
+           "if (NM_UNLIKELY(e == NM_STAGE_FAILED)) {"]
+    out += ["    " + s for s in resets + ret("rc")]
+    out += ["}", "if (e == NM_STAGE_STAGED) {"]
+    out += ["    " + s for s in [real_call] + req_get]
+    out += ["    rc = nm_stage_local_done(%s, tok, %s, %s, %s, %s);" % (fn, "*ierr" if fortran else "rc",
+                                                                         "&c_req" if req_get else "NULL", fh, comm)]
+    out += ["    " + s for s in req_put + ret("rc")]
+    out += ["}"]
+    return out
+
+
 def slow_split(n, f, act, fn, cond, slow_body):
     """A wrapper whose work happens only when cond holds: that work and the PMPI call live in a
     non-inlined nm_slow_ function, so that both branches of nm_impl_ end in a tail call and the
@@ -219,6 +272,27 @@ def c_wrapper(r, recv_kinds):
         out += ["        return %s;" % reject_raise(r, False),
                 "    }",
                 "    nm_trace_call(%s);" % fn,
+                "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                "    return PMPI_%s(%s);" % (n, act),
+                "}",
+                "int nm_impl_%s(%s)" % (n, f), "{",
+                "    NM_COUNT_CALL(%s);" % fn,
+                "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
+                "    return nm_slow_%s(%s);" % (n, act)]
+    elif p == "STAGE":
+        # Device buffers go to the real MPI as host shadows (stage_body); host buffers as the
+        # REJECT path's: count, two loads, tail jump.
+        names = [a["name"] for a in r["args"] if a["role"] in BUF_ROLES]
+        real = ", ".join("(%s)sh[%d]" % (a["ctype"], names.index(a["name"])) if a["role"] in BUF_ROLES else a["name"]
+                         for a in r["args"])
+        req = first_roles(r).get("REQ")
+        body = stage_body(r, False, "rc = PMPI_%s(%s);" % (n, real),
+                          ["MPI_Request c_req = *%s;" % req] if req else [],
+                          ["*%s = c_req;" % req] if req else [],
+                          lambda v: ["return %s;" % v], reject_resets(r, False))
+        out = ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{"]
+        out += ["    " + x for x in body]
+        out += ["    nm_trace_call(%s);" % fn,
                 "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
                 "    return PMPI_%s(%s);" % (n, act),
                 "}",
@@ -438,6 +512,21 @@ def f_wrapper(r):
                 "        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
                 "    }",
                 "    " + forward]
+    elif p == "STAGE":
+        names = [a["name"] for a in r["args"] if a["role"] in BUF_ROLES]
+        sact = ", ".join(["sh[%d]" % names.index(a["name"]) if a["role"] in BUF_ROLES else a["name"] for a in fa]
+                         + ["ierr"] + f_hidden(r))
+        req = first_roles(r).get("REQ")
+        body = stage_body(r, True, "NM_F_FORWARD(pmpi_%s_, \"%s\", %s);" % (low, n, sact),
+                          ["MPI_Request c_req = PMPI_Request_f2c(*%s);" % req] if req else [],
+                          ["*%s = PMPI_Request_c2f(c_req);" % req] if req else [],
+                          lambda v: ["*ierr = %s;" % v, "return;"], reject_resets(r, True))
+        out += ["    if (NM_UNLIKELY(!nm_host_fast())) {"]
+        out += ["        " + x for x in body]
+        out += ["        nm_trace_call(%s);" % fn,
+                "        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                "    }",
+                "    " + forward]
     elif p == "INIT":
         out += ["    " + forward, "    if (*ierr == MPI_SUCCESS) nm_after_init();", "    nm_trace_call(%s);" % fn]
     elif p == "FINALIZE":
@@ -537,6 +626,8 @@ def category(r, nccl):
     p = r["path"]
     if p == "REJECT":
         return "rejected-on-device"
+    if p == "STAGE":
+        return "staged"
     if p == "DATA":
         return "routed" if r["kind"] in nccl else "staged"
     if p in ("PASS", "SYNC", "COMMNEW", "PROBE") or (p == "PERSIST" and r["kind"] != "TEST"):

@@ -1,6 +1,5 @@
 // ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
-// mpi_api.def: one-sided data calls and windows, MPI-IO data calls, neighbourhood collectives,
-// packing, MPI_Reduce_local, MPI_Buffer_attach). A non-CUDA-aware MPI handed a device pointer
+// mpi_api.def: one-sided data calls and windows, MPI_Buffer_attach). A non-CUDA-aware MPI handed a device pointer
 // crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the real MPI never
 // sees the pointer. The generated wrappers call this only off the host fast path.
 #include <mpi.h>

@@ -95,6 +95,29 @@ int nm_reject_comm(int fn, MPI_Comm comm);
 int nm_reject_win(int fn, MPI_Win win);
 int nm_reject_file(int fn, MPI_File fh);
 
+/* STAGE rows (src/core/tl/staged/local.cc): local calls (packing, MPI_Reduce_local, MPI-IO data
+ * calls) whose device buffers go to the real MPI as host shadows. One buffer: as nm_rbuf_t, and
+ * whether the call writes it (1: copied in and back; 0: only read, copied in). */
+typedef struct nm_sbuf {
+    const void *p;
+    long long count;
+    MPI_Datatype type;
+    int written;
+} nm_sbuf_t;
+enum { NM_STAGE_BEGIN = 1, NM_STAGE_END = 2 };      /* how: a split collective's begin or end */
+enum { NM_STAGE_HOST = 0, NM_STAGE_STAGED = 1, NM_STAGE_FAILED = 2 };
+/* Before the real call of MPI function fn: NM_STAGE_HOST (no device buffer: the real MPI as it
+ * is), NM_STAGE_STAGED (sh[i]: what to pass for b[i], its host shadow where it is device memory;
+ * then the real call, then nm_stage_local_done with *tok), or NM_STAGE_FAILED (*rc: the error,
+ * raised through the handler of fh, else comm, else MPI_COMM_WORLD). An _end (NM_STAGE_END) finds
+ * the shadow its _begin staged on the same file. */
+int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_File fh, MPI_Comm comm, void **sh, void **tok,
+                   int *rc);
+/* After the real call (rc its result): the copies back (req null) or, for a nonblocking call,
+ * *req replaced by ncclmpi's request that copies back when the real one completes; a _begin
+ * keeps the shadows for its _end. Returns the call's result. */
+int nm_stage_local_done(int fn, void *tok, int rc, MPI_Request *req, MPI_File fh, MPI_Comm comm);
+
 /* Tasks behind user requests (generalized requests completed by ncclmpi). */
 void nm_progress(void);
 void nm_progress_fn(int fn);  /* from the wrapper of MPI function fn (traced) */

@@ -186,3 +186,8 @@ add_test(gpu_probe_race_np2_envelope ${GRUN} 2 "${B}/test/gpu/gpu_probe_race")
 add_test(gpu_probe_race_np2 ${GRUN} 2 "${B}/test/gpu/gpu_probe_race")
 set_tests_properties(gpu_probe_race_np2_envelope gpu_probe_race_np2 PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77)
 set_tests_properties(gpu_probe_race_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")
+# local calls on device buffers (packing, MPI_Reduce_local, MPI-IO), staged
+foreach(np 1 2 4)
+  add_test(gpu_local_staged_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_local_staged")
+  set_tests_properties(gpu_local_staged_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

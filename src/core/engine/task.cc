@@ -270,7 +270,7 @@ bool Task::poll(uint64_t sweep)
     inner_failed_ = rc != MPI_SUCCESS;  // the real MPI's Test called the handler for it
     has_status_ = true;
     int cancelled = 0;  // a cancelled receive wrote nothing: nothing goes back
-    if (rc == MPI_SUCCESS) PMPI_Test_cancelled(&inner_status_, &cancelled);
+    if (rc == MPI_SUCCESS && may_cancel()) PMPI_Test_cancelled(&inner_status_, &cancelled);
     if (rc == MPI_SUCCESS && stage_ && !cancelled) {
         const nm_status_t st = stage_finish_begin(stage_, &inner_status_);
         if (st == NM_INPROGRESS) {
@@ -294,7 +294,7 @@ int Task::query_fn(void *extra, MPI_Status *status)
         status->MPI_TAG = t->inner_status_.MPI_TAG;
         PMPI_Status_set_elements_x(status, MPI_BYTE, bytes == MPI_UNDEFINED ? 0 : bytes);
         int cancelled = 0;
-        PMPI_Test_cancelled(&t->inner_status_, &cancelled);
+        if (t->may_cancel()) PMPI_Test_cancelled(&t->inner_status_, &cancelled);
         PMPI_Status_set_cancelled(status, cancelled);
     } else {
         status->MPI_SOURCE = MPI_ANY_SOURCE;

@@ -61,6 +61,9 @@ class Task {
     static int cancel_fn(void *extra, int complete);
     void complete(int mpi_rc);
     void recycle();
+    // Whether its inner request can have been cancelled (point-to-point): only then does its
+    // status's cancelled flag mean anything (Open MPI leaves a file request's unset)
+    bool may_cancel() const { return (nm_opk(kind_) & NM_KF_P2P) != 0; }
 
     uint64_t id_ = 0;
     int fn_ = 0, kind_ = 0;

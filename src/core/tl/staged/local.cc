@@ -1,0 +1,160 @@
+// ncclmpi: local calls on device buffers, staged (the STAGE rows of mpi_api.def: MPI_Pack,
+// MPI_Unpack and their _external forms, MPI_Reduce_local, the MPI-IO data calls).
+//
+// These calls move data between the caller's buffers and a local object (a packing buffer, a
+// file); no peer's memory kind enters the decision, so each rank stages on its own: a rank whose
+// buffer is device memory copies it into a pinned host shadow (after the application's work on
+// the legacy stream), the real MPI runs on the shadow, and what the call wrote goes back. A buffer
+// the call writes is copied in first too, so that the bytes it leaves alone (a short read at the
+// end of a file, a datatype's gaps, packing space beyond the position) come back unchanged. A
+// collective file call (MPI_File_write_all, ...) is then the real MPI's collective over host
+// memory on every rank, whichever ranks staged.
+#include <mpi.h>
+#include <stdio.h>
+
+#include <map>
+#include <mutex>
+
+#include "core/cuda/cuda_api.h"
+#include "core/cuda/memkind.h"
+#include "core/dtype/dtype.h"
+#include "core/engine/task.h"
+#include "core/tl/staged/staging.h"
+#include "interpose/interpose.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/stats.h"
+
+namespace ncclmpi {
+namespace {
+
+// One staged call, from nm_stage_local to nm_stage_local_done (the wrapper's token).
+struct Local {
+    nm_op_t o;        // the description stage_in works on (its sbuf/rbuf become the shadows)
+    Stage *s = nullptr;
+    int how = 0;
+    void *sh = nullptr;  // a split collective's shadow, which its _end passes again
+};
+
+// Split collectives in progress, by file: MPI allows one per file handle at a time.
+std::mutex split_mu;
+std::map<MPI_File, Local *> split;
+
+// An error of ncclmpi's own: the standard class, a message naming the call, through the handler
+// of the call's file, else its communicator, else MPI_COMM_WORLD's.
+int fail(int fn, nm_status_t st, const char *why, MPI_File fh, MPI_Comm comm)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[fn], why, nm_status_str(st));
+    NM_WARN(CALL, "%s", msg + 9);
+    const int code = nm_error_code(nm_error_class(st), msg);
+    if (fh != MPI_FILE_NULL) PMPI_File_call_errhandler(fh, code);
+    else PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
+    return code;
+}
+
+void drop(Local *l)
+{
+    if (l->s) stage_release(l->s);
+    delete l;
+}
+
+}  // namespace
+}  // namespace ncclmpi
+
+using namespace ncclmpi;
+
+extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_File fh, MPI_Comm comm, void **sh,
+                              void **tok, int *rc)
+{
+    for (int i = 0; i < n; i++) sh[i] = const_cast<void *>(b[i].p);
+    if (nm_cfg.DISABLE) return NM_STAGE_HOST;
+    if (how & NM_STAGE_END) {  // the shadow its _begin staged (none: the begin was on host memory)
+        std::lock_guard<std::mutex> g(split_mu);
+        auto it = split.find(fh);
+        if (it == split.end()) return NM_STAGE_HOST;
+        Local *l = it->second;
+        split.erase(it);
+        l->how = how;  // (finished by nm_stage_local_done now)
+        sh[0] = l->sh;
+        *tok = l;
+        NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
+        return NM_STAGE_STAGED;
+    }
+    if (!cuda_attached() && !nm_linkmap_refresh()) return NM_STAGE_HOST;
+    // b[0] is the descriptor's send side, b[1] its receive side (two buffers: SBUF, RBUF); one
+    // buffer is the side its direction says
+    BufRef r[2];
+    int idx[2], nr = 0;
+    for (int i = 0; i < n && i < 2; i++) {
+        if (b[i].count == 0 || b[i].p == MPI_IN_PLACE) continue;  // (not significant)
+        if (b[i].count < 0) return NM_STAGE_HOST;  // invalid: the real MPI reports it
+        MPI_Aint lo = 0, hi = (MPI_Aint)b[i].count;  // without a datatype: bytes
+        if (b[i].type != MPI_DATATYPE_NULL) {
+            const DtypeInfo *d = dtype_info(b[i].type);
+            if (!d) return NM_STAGE_HOST;  // (an invalid datatype: likewise)
+            dtype_span(d, 0, b[i].count, &lo, &hi);
+        }
+        const void *first = (const char *)b[i].p + lo;
+        if (hi <= lo || !nm_mem_is_device(first)) continue;
+        int dev = -1;
+        nm_mem_kind(first, &dev);
+        CUdevice cd;
+        if (dev < 0 && cu.cuCtxGetDevice(&cd) == CUDA_SUCCESS) dev = (int)cd;  // (managed memory)
+        BufRef &x = r[nr];
+        x = BufRef();
+        x.is_recv = n == 2 ? i == 1 : b[i].written != 0;
+        x.ptr = const_cast<void *>(b[i].p);
+        x.dir = b[i].written ? BUF_INOUT : BUF_IN;
+        x.lo = lo;
+        x.hi = hi;
+        x.kind = NM_MEM_DEVICE;
+        x.device = dev;
+        idx[nr++] = i;
+    }
+    if (!nr) return NM_STAGE_HOST;
+    if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) nm_flush();  // (the real call may wait)
+    Local *l = new Local;
+    nm_op_init(&l->o, fn, NM_OPK_NONE, 0);
+    l->o.comm = comm;
+    l->how = how;
+    const nm_status_t st = stage_in(&l->o, r, nr, &l->s);
+    if (st != NM_OK) {
+        l->s = nullptr;  // (stage_in released it)
+        drop(l);
+        *rc = fail(fn, st, st == NM_ERR_NO_MEM ? "no pinned host memory to stage the device buffer through"
+                                                : "copying the device buffer to the host failed",
+                   fh, comm);
+        return NM_STAGE_FAILED;
+    }
+    for (int k = 0; k < nr; k++) sh[idx[k]] = r[k].is_recv ? l->o.rbuf : const_cast<void *>(l->o.sbuf);
+    l->sh = sh[0];
+    NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
+    NM_TRACE(CALL, "MPI_%s -> staged (device buffers through host memory)", nm_fn_names[fn]);
+    *tok = l;
+    return NM_STAGE_STAGED;
+}
+
+extern "C" int nm_stage_local_done(int fn, void *tok, int rc, MPI_Request *req, MPI_File fh, MPI_Comm comm)
+{
+    Local *l = static_cast<Local *>(tok);
+    if (rc != MPI_SUCCESS) {  // the real MPI reported it; nothing was written
+        drop(l);
+        return rc;
+    }
+    if (l->how & NM_STAGE_BEGIN) {  // the shadow lives until the _end
+        std::lock_guard<std::mutex> g(split_mu);
+        split[fh] = l;
+        return rc;
+    }
+    if (req) {  // a nonblocking call: copied back when the real request completes
+        Task *t = Task::get(&l->o);
+        t->set_inner(*req, l->s);  // (the task releases the stage)
+        l->s = nullptr;
+        drop(l);
+        return t->publish(req);
+    }
+    const nm_status_t st = stage_finish(l->s, nullptr);
+    drop(l);
+    return st == NM_OK ? rc : fail(fn, st, "copying the result back to the device failed", fh, comm);
+}
