@@ -188,13 +188,16 @@ static void test_errors(int ndev)
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     int *d = dev_ints(16, 0), cls = 0, rc;
-    char hb[256], msg[MPI_MAX_ERROR_STRING];
-    int pos = 0, len = 0;
-    rc = MPI_Pack(d, 16, MPI_INT, hb, sizeof(hb), &pos, c);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    /* a call ncclmpi does not run on device memory (the buffered sends' buffer) */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    rc = MPI_Buffer_attach(d, 16 * (int)sizeof(int));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Error_class(rc, &cls);
-    CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_BUFFER, "MPI_Pack from a device buffer: rc %d class %d", rc, cls);
+    CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_BUFFER, "MPI_Buffer_attach of a device buffer: rc %d class %d", rc, cls);
     MPI_Error_string(rc, msg, &len);
-    CHECK(strstr(msg, "MPI_Pack") != NULL, "error string names the call: \"%s\"", msg);
+    CHECK(strstr(msg, "MPI_Buffer_attach") != NULL, "error string names the call: \"%s\"", msg);
     /* a negative count on device buffers: the real MPI's class, as without ncclmpi */
     rc = MPI_Allreduce(d, d + 8, -1, MPI_INT, MPI_SUM, c);
     MPI_Error_class(rc, &cls);
