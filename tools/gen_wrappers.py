@@ -216,6 +216,22 @@ def stage_body(r, fortran, real_call, req_get, req_put, ret, resets):
     return out
 
 
+def device_check_wrapper(n, f, act, fn, body):
+    """A REJECT or STAGE wrapper: the host fast path (count, two loads, tail jump) and, in its own
+    non-inlined function, `body` (which ends the call when a buffer is device memory) followed by
+    the real MPI as it is."""
+    return ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{"] + \
+           ["    " + x for x in body] + \
+           ["    nm_trace_call(%s);" % fn,
+            "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+            "    return PMPI_%s(%s);" % (n, act),
+            "}",
+            "int nm_impl_%s(%s)" % (n, f), "{",
+            "    NM_COUNT_CALL(%s);" % fn,
+            "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
+            "    return nm_slow_%s(%s);" % (n, act)]
+
+
 def slow_split(n, f, act, fn, cond, slow_body):
     """A wrapper whose work happens only when cond holds: that work and the PMPI call live in a
     non-inlined nm_slow_ function, so that both branches of nm_impl_ end in a tail call and the
@@ -265,20 +281,11 @@ def c_wrapper(r, recv_kinds):
         # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
         # DATA path's: count, two loads, tail jump; the check lives in its own function.
         bufs = reject_bufs(r, False)
-        out = ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{",
-               "    const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
-               "    if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
-        out += ["        " + s for s in reject_resets(r, False)]
-        out += ["        return %s;" % reject_raise(r, False),
-                "    }",
-                "    nm_trace_call(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
-                "    return PMPI_%s(%s);" % (n, act),
-                "}",
-                "int nm_impl_%s(%s)" % (n, f), "{",
-                "    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
-                "    return nm_slow_%s(%s);" % (n, act)]
+        body = ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+                "if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
+        body += ["    " + s for s in reject_resets(r, False)]
+        body += ["    return %s;" % reject_raise(r, False), "}"]
+        out = device_check_wrapper(n, f, act, fn, body)
     elif p == "STAGE":
         # Device buffers go to the real MPI as host shadows (stage_body); host buffers as the
         # REJECT path's: count, two loads, tail jump.
@@ -290,16 +297,7 @@ def c_wrapper(r, recv_kinds):
                           ["MPI_Request c_req = *%s;" % req] if req else [],
                           ["*%s = c_req;" % req] if req else [],
                           lambda v: ["return %s;" % v], reject_resets(r, False))
-        out = ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{"]
-        out += ["    " + x for x in body]
-        out += ["    nm_trace_call(%s);" % fn,
-                "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
-                "    return PMPI_%s(%s);" % (n, act),
-                "}",
-                "int nm_impl_%s(%s)" % (n, f), "{",
-                "    NM_COUNT_CALL(%s);" % fn,
-                "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
-                "    return nm_slow_%s(%s);" % (n, act)]
+        out = device_check_wrapper(n, f, act, fn, body)
     elif p == "PASS":
         # may wait, or be polled while waiting: nothing may stay queued behind it
         out = slow_split(n, f, act, fn, "nm_hot.queued", ["nm_flush_fn(%s);" % fn])

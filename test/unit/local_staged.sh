@@ -9,16 +9,6 @@ prog="$b/test/unit/local_staged_prog"
 stand_in local_staged "$b" "$d" "$prog"
 fail=0
 for np in 1 2 3; do
-  TMPDIR="$d" timeout 120 "$b/test/run_mpi.sh" $np preload "$prog" >"$d/out" 2>"$d/err"
-  rc=$?
-  [ $rc = 77 ] && exit 77
-  if [ $rc != 0 ] || ! grep -q "local_staged: ok" "$d/out"; then
-    echo "local_staged: FAIL at $np ranks (exit $rc$([ $rc = 124 ] && echo ': timed out, a hang'))"
-    head -20 "$d/out"
-    tail -20 "$d/err"
-    fail=1
-  else
-    echo "local_staged: $np ranks: ok"
-  fi
+  stand_in_run local_staged "$b" "$d" "default settings" $np "$prog" || fail=1
 done
 exit $fail

@@ -11,17 +11,7 @@ stand_in p2p_burst "$b" "$d" "$prog"
 fail=0
 for env in off host device; do
   for np in 1 2 3; do
-    NCCLMPI_P2P_ENVELOPE=$env timeout 60 "$b/test/run_mpi.sh" $np preload "$prog" >"$d/out" 2>"$d/err"
-    rc=$?
-    [ $rc = 77 ] && exit 77
-    if [ $rc != 0 ] || ! grep -q "p2p_burst_prog: ok" "$d/out"; then
-      echo "p2p_burst: FAIL with NCCLMPI_P2P_ENVELOPE=$env at $np ranks (exit $rc$([ $rc = 124 ] && echo ': timed out, a hang'))"
-      head -20 "$d/out"
-      tail -10 "$d/err"
-      fail=1
-    else
-      echo "p2p_burst: NCCLMPI_P2P_ENVELOPE=$env, $np ranks: ok"
-    fi
+    NCCLMPI_P2P_ENVELOPE=$env stand_in_run p2p_burst_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=$env" $np "$prog" || fail=1
   done
 done
 exit $fail
