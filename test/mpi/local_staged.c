@@ -35,7 +35,7 @@ static int dev_init(int rank)
 }
 #else /* NM_STAND_IN_TEST: the stand-in driver's device memory is host memory it tracks */
 #include "../unit/stand_in.h"
-enum { NBUF = 12 };
+enum { NBUF = 16 };
 static CUdeviceptr bufs[NBUF];
 static int nbufs;
 static void *dev_new(size_t n)
@@ -323,6 +323,78 @@ static void t_io(void)
     MPI_File_close(&fh);
 }
 
+#ifdef NM_TEST_FORTRAN
+/* The Fortran entry points of the same calls (ncclmpi's, found by name; the program links Open
+ * MPI's Fortran library, to which they forward): handles, requests and the split collective's end
+ * go through their conversions. */
+typedef void (*f_reduce_local_t)(void *, void *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_iread_at_t)(MPI_Fint *, MPI_Offset *, void *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_wait_t)(MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_begin_t)(MPI_Fint *, MPI_Offset *, void *, MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_end_t)(MPI_Fint *, void *, MPI_Fint *, MPI_Fint *);
+static void *fsym(const char *name)
+{
+    void *f = dlsym(RTLD_DEFAULT, name);
+    CHECK(f != NULL, "no Fortran entry point %s", name);
+    return f;
+}
+static void t_fortran(void)
+{
+    f_reduce_local_t reduce_local = (f_reduce_local_t)fsym("mpi_reduce_local_");
+    f_iread_at_t iread_at = (f_iread_at_t)fsym("mpi_file_iread_at_");
+    f_wait_t wait = (f_wait_t)fsym("mpi_wait_");
+    f_begin_t wbegin = (f_begin_t)fsym("mpi_file_write_at_all_begin_");
+    f_end_t wend = (f_end_t)fsym("mpi_file_write_at_all_end_");
+    if (!reduce_local || !iread_at || !wait || !wbegin || !wend) return;
+    int a[N], b[N], ref[N];
+    for (int i = 0; i < N; i++) a[i] = 5 * i + rank, b[i] = i * i;
+    void *da = dev_new(sizeof(a)), *db = dev_new(sizeof(b));
+    put(da, a, sizeof(a));
+    put(db, b, sizeof(b));
+    memcpy(ref, b, sizeof(b));
+    MPI_Reduce_local(a, ref, N, MPI_INT, MPI_SUM);
+    MPI_Fint n = N, fint = MPI_Type_c2f(MPI_INT), fsum = MPI_Op_c2f(MPI_SUM), ierr = -1;
+    unsigned long long before = staged("Reduce_local");
+    reduce_local(da, db, &n, &fint, &fsum, &ierr);
+    CHECK(ierr == MPI_SUCCESS && staged("Reduce_local") == before + 1, "mpi_reduce_local_: ierr %d, staged %llu",
+          (int)ierr, staged("Reduce_local") - before);
+    dcheck(db, (unsigned char *)ref, sizeof(ref), "mpi_reduce_local_ on device memory");
+    /* a split collective write from device memory, read back with a nonblocking read */
+    char path[512] = "";
+    if (rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, sizeof(path), "%s/ncclmpi_local_staged_f.%d.dat", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    }
+    MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_File fh;
+    if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &fh) !=
+        MPI_SUCCESS) {
+        CHECK(0, "cannot open %s", path);
+        return;
+    }
+    MPI_Fint ffh = MPI_File_c2f(fh), st[sizeof(MPI_Status) / sizeof(MPI_Fint) + 1], req = -1;
+    MPI_Offset off = (MPI_Offset)rank * N * sizeof(int);
+    ierr = -1;
+    wbegin(&ffh, &off, da, &n, &fint, &ierr);
+    CHECK(ierr == MPI_SUCCESS, "mpi_file_write_at_all_begin_: ierr %d", (int)ierr);
+    ierr = -1;
+    wend(&ffh, da, st, &ierr);
+    CHECK(ierr == MPI_SUCCESS, "mpi_file_write_at_all_end_: ierr %d", (int)ierr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    file_has(fh, (MPI_Offset)rank * N, a, N, "mpi_file_write_at_all_begin_/end_ from device memory");
+    unsigned char hd[sizeof(a)];
+    void *dr = dpoison(sizeof(a), hd);
+    ierr = -1;
+    iread_at(&ffh, &off, dr, &n, &fint, &req, &ierr);
+    CHECK(ierr == MPI_SUCCESS, "mpi_file_iread_at_: ierr %d", (int)ierr);
+    ierr = -1;
+    wait(&req, st, &ierr);
+    CHECK(ierr == MPI_SUCCESS && MPI_Request_f2c(req) == MPI_REQUEST_NULL, "mpi_wait_: ierr %d", (int)ierr);
+    dcheck(dr, (unsigned char *)a, sizeof(a), "mpi_file_iread_at_ into device memory");
+    MPI_File_close(&fh);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -337,6 +409,9 @@ int main(int argc, char **argv)
     t_reduce_local();
     t_pack();
     t_io();
+#ifdef NM_TEST_FORTRAN
+    t_fortran();
+#endif
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("local_staged: %s (%d failures)\n", all ? "FAILED" : "ok", all);
