@@ -193,22 +193,44 @@ def stage_objs(r, fortran):
     return fh, comm
 
 
-def stage_body(r, fortran, real_call, req_get, req_put, ret, resets):
-    """The staging block of a STAGE wrapper (C or Fortran): stage, the real call on the shadows
-    (`real_call`, which passes sh[i] for buffer i), the copies back or the request's task.
-    ret(v): the lines that end the wrapper with result v."""
+def stage_coll(r):
+    """A collective file call (every rank of the file's group makes it)."""
+    return r["name"].startswith("File_") and ("_all" in r["name"] or "_ordered" in r["name"])
+
+
+def stage_body(r, fortran, call, req_get, req_put, ret, resets):
+    """The staging block of a STAGE wrapper (C or Fortran): stage, the real call on the shadows,
+    the copies back or the request's task. call(subst, result): the statement that makes the real
+    call with the arguments named in subst replaced, its result into `result` (C) or the ierr
+    variable `result` (Fortran). ret(v): the lines that end the wrapper with result v.
+    A rank that cannot stage (no pinned memory, a failed copy) reports the error; in a collective
+    file call it first takes part in the real MPI's call with a count of 0, so that the other ranks
+    do not wait for it."""
     bufs = stage_bufs(r, fortran)
+    names = [a["name"] for a in r["args"] if a["role"] in BUF_ROLES]
     fh, comm = stage_objs(r, fortran)
     fn = "NM_FN_%s" % r["name"]
+    roles = first_roles(r)
     out = ["const nm_sbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
            "void *sh[%d];" % len(bufs),
            "void *tok = NULL;",
            "int rc = MPI_SUCCESS;",
            "const int e = nm_stage_local(%s, b, %d, %s, %s, %s, sh, &tok, &rc);" % (fn, len(bufs), stage_how(r), fh, comm),
            "if (NM_UNLIKELY(e == NM_STAGE_FAILED)) {"]
-    out += ["    " + s for s in resets + ret("rc")]
+    if stage_coll(r) and "COUNT" in roles:
+        if fortran:
+            out += ["    MPI_Fint zero = 0, ierr2 = 0;",
+                    "    " + call({roles["COUNT"]: "&zero"}, "&ierr2"),
+                    "    (void)ierr2;"]
+        else:
+            out += ["    int rc2;", "    " + call({roles["COUNT"]: "0"}, "rc2"), "    (void)rc2;"]
+        out += ["    " + s for s in ret("rc")]
+    else:
+        out += ["    " + s for s in resets + ret("rc")]
     out += ["}", "if (e == NM_STAGE_STAGED) {"]
-    out += ["    " + s for s in [real_call] + req_get]
+    shadows = {n: ("sh[%d]" if fortran else "(%s)sh[%%d]" % next(a["ctype"] for a in r["args"] if a["name"] == n)) % i
+               for i, n in enumerate(names)}
+    out += ["    " + s for s in [call(shadows, "ierr" if fortran else "rc")] + req_get]
     out += ["    rc = nm_stage_local_done(%s, tok, %s, %s, %s, %s);" % (fn, "*ierr" if fortran else "rc",
                                                                          "&c_req" if req_get else "NULL", fh, comm)]
     out += ["    " + s for s in req_put + ret("rc")]
@@ -289,11 +311,9 @@ def c_wrapper(r, recv_kinds):
     elif p == "STAGE":
         # Device buffers go to the real MPI as host shadows (stage_body); host buffers as the
         # REJECT path's: count, two loads, tail jump.
-        names = [a["name"] for a in r["args"] if a["role"] in BUF_ROLES]
-        real = ", ".join("(%s)sh[%d]" % (a["ctype"], names.index(a["name"])) if a["role"] in BUF_ROLES else a["name"]
-                         for a in r["args"])
         req = first_roles(r).get("REQ")
-        body = stage_body(r, False, "rc = PMPI_%s(%s);" % (n, real),
+        call = lambda subst, res: "%s = PMPI_%s(%s);" % (res, n, ", ".join(subst.get(a["name"], a["name"]) for a in r["args"]))
+        body = stage_body(r, False, call,
                           ["MPI_Request c_req = *%s;" % req] if req else [],
                           ["*%s = c_req;" % req] if req else [],
                           lambda v: ["return %s;" % v], reject_resets(r, False))
@@ -511,11 +531,10 @@ def f_wrapper(r):
                 "    }",
                 "    " + forward]
     elif p == "STAGE":
-        names = [a["name"] for a in r["args"] if a["role"] in BUF_ROLES]
-        sact = ", ".join(["sh[%d]" % names.index(a["name"]) if a["role"] in BUF_ROLES else a["name"] for a in fa]
-                         + ["ierr"] + f_hidden(r))
         req = first_roles(r).get("REQ")
-        body = stage_body(r, True, "NM_F_FORWARD(pmpi_%s_, \"%s\", %s);" % (low, n, sact),
+        call = lambda subst, res: "NM_F_FORWARD(pmpi_%s_, \"%s\", %s);" % (
+            low, n, ", ".join([subst.get(a["name"], a["name"]) for a in fa] + [res] + f_hidden(r)))
+        body = stage_body(r, True, call,
                           ["MPI_Request c_req = PMPI_Request_f2c(*%s);" % req] if req else [],
                           ["*%s = PMPI_Request_c2f(c_req);" % req] if req else [],
                           lambda v: ["*ierr = %s;" % v, "return;"], reject_resets(r, True))

@@ -38,6 +38,7 @@ static int dev_init(int rank)
 enum { NBUF = 16 };
 static CUdeviceptr bufs[NBUF];
 static int nbufs;
+static void *driver;  /* the stand-in's handle (its failure injection) */
 static void *dev_new(size_t n)
 {
     if (nbufs == NBUF || n > 65536) MPI_Abort(MPI_COMM_WORLD, 2);
@@ -48,7 +49,7 @@ static void get(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static int dev_init(int rank)
 {
     (void)rank;
-    return stand_in_driver("local_staged", NBUF, 65536, bufs) != NULL;
+    return (driver = stand_in_driver("local_staged", NBUF, 65536, bufs)) != NULL;
 }
 #endif
 
@@ -193,6 +194,56 @@ static void t_pack(void)
     MPI_Type_free(&abs_dev);
     MPI_Type_free(&every_other);
 }
+
+#ifdef NM_STAND_IN_TEST
+/* rc must be ncclmpi's error for MPI function fn */
+static void expect_failed(const char *fn, int rc)
+{
+    char msg[MPI_MAX_ERROR_STRING] = "", want[128];
+    int len = 0;
+    if (rc != MPI_SUCCESS) MPI_Error_string(rc, msg, &len);
+    snprintf(want, sizeof(want), "ncclmpi: MPI_%s: ", fn);
+    CHECK(rc != MPI_SUCCESS && !strncmp(msg, want, strlen(want)), "MPI_%s with a failing copy: rc %d \"%s\"", fn, rc, msg);
+}
+
+static void file_has(MPI_File fh, MPI_Offset at, const int *vals, int n, const char *what);
+
+/* Rank 0 cannot stage (every copy of the stand-in fails): it reports the error, and in a collective
+ * file call it still takes part with nothing to write, so the other ranks' calls complete. */
+static void t_io_failed(MPI_File fh, MPI_Offset off, void *dw)
+{
+    int *fail = (int *)dlsym(driver, "fake_cuda_fail_copies");
+    CHECK(fail != NULL, "the stand-in driver has no fake_cuda_fail_copies");
+    if (!fail) return;
+    int v[N], old[N];
+    MPI_Status st;
+    MPI_Request q;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_File_read_at(fh, off, old, N, MPI_INT, &st);  /* what rank 0's block holds: it stays */
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < N; i++) v[i] = 99 * i + rank + 1;
+    put(dw, v, sizeof(v));
+    *fail = rank == 0;
+    int rc = MPI_File_write_at_all(fh, off, dw, N, MPI_INT, &st);
+    *fail = 0;
+    if (rank == 0) expect_failed("File_write_at_all", rc);
+    else CHECK(rc == MPI_SUCCESS, "File_write_at_all beside a failing rank: rc %d", rc);
+    *fail = rank == 0;
+    rc = MPI_File_iwrite_at_all(fh, off, dw, N, MPI_INT, &q);
+    *fail = 0;
+    if (rank == 0) expect_failed("File_iwrite_at_all", rc);
+    MPI_Wait(&q, &st);
+    *fail = rank == 0;
+    rc = MPI_File_write_at_all_begin(fh, off, dw, N, MPI_INT);
+    *fail = 0;
+    if (rank == 0) expect_failed("File_write_at_all_begin", rc);
+    rc = MPI_File_write_at_all_end(fh, dw, &st);
+    CHECK(rc == MPI_SUCCESS, "File_write_at_all_end after a failed begin: rc %d", rc);
+    MPI_Barrier(MPI_COMM_WORLD);
+    file_has(fh, off / (MPI_Offset)sizeof(int), rank == 0 ? old : v, N, "after collective writes with rank 0 failing");
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+#endif
 
 /* expect the file's ints [at, at + n) to hold vals (read back through host memory) */
 static void file_has(MPI_File fh, MPI_Offset at, const int *vals, int n, const char *what)
@@ -351,6 +402,9 @@ static void t_io(void)
     MPI_Barrier(MPI_COMM_WORLD);
     file_has(fh, mine, v, N, "two nonblocking writes from device memory completed by MPI_Testall");
     MPI_Barrier(MPI_COMM_WORLD);
+#ifdef NM_STAND_IN_TEST
+    t_io_failed(fh, off, dw);
+#endif
     MPI_File_close(&fh);
 }
 

@@ -132,7 +132,13 @@ EXPORT CUresult cuMemFreeHost(void *p) { untrack((uintptr_t)p); return CUDA_SUCC
 EXPORT CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags) { (void)flags; *d = (CUdeviceptr)p; return CUDA_SUCCESS; }
 EXPORT CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) { (void)p; (void)n; (void)flags; return CUDA_SUCCESS; }
 EXPORT CUresult cuMemHostUnregister(void *p) { (void)p; return CUDA_SUCCESS; }
-EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { memmove((void *)d, (const void *)s, n); return CUDA_SUCCESS; }
+EXPORT int fake_cuda_fail_copies; /* nonzero: every copy fails (a test's failure injection) */
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+    if (fake_cuda_fail_copies) return CUDA_ERROR_UNKNOWN;
+    memmove((void *)d, (const void *)s, n);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return cuMemcpy(d, s, n); }
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)d, v, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream st)
