@@ -59,13 +59,7 @@ static std::mutex init_mu;
 // ---- errors: the standard class, with our message behind MPI_Error_string ----------------
 static int raise_error(const nm_op_t *o, nm_status_t st, const std::string &why)
 {
-    char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[o->fn], why.c_str(), nm_status_str(st));
-    NM_WARN(CALL, "%s", msg + 9);
-    int code = nm_error_code(nm_error_class(st), msg);
-    MPI_Comm c = o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD;
-    PMPI_Comm_call_errhandler(c, code);
-    return code;
+    return nm_raise_error(o->fn, st, why.c_str(), o->comm);
 }
 
 // Once per cause: say why device buffers took the slower staged path (later ones are counted,

@@ -1,7 +1,7 @@
 // ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
-// mpi_api.def: one-sided data calls and windows, MPI_Buffer_attach). A non-CUDA-aware MPI handed a device pointer
-// crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the real MPI never
-// sees the pointer. The generated wrappers call this only off the host fast path.
+// mpi_api.def: one-sided data calls and windows, MPI_Buffer_attach). A non-CUDA-aware MPI handed a
+// device pointer crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the
+// real MPI never sees the pointer. The generated wrappers call this only off the host fast path.
 #include <mpi.h>
 
 #include "core/cuda/cuda_api.h"

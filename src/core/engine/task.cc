@@ -103,6 +103,17 @@ int nm_error_class(nm_status_t st)
     }
 }
 
+int nm_raise_error(int fn, nm_status_t st, const char *why, MPI_Comm comm, MPI_File fh)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[fn], why, nm_status_str(st));
+    NM_WARN(CALL, "%s", msg + 9);
+    const int code = nm_error_code(nm_error_class(st), msg);
+    if (fh != MPI_FILE_NULL) PMPI_File_call_errhandler(fh, code);
+    else PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
+    return code;
+}
+
 int nm_error_code(int cls, const char *msg)
 {
     static std::mutex mu;

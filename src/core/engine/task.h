@@ -96,6 +96,10 @@ void tasks_drain();
 // An MPI error code of class `cls` whose MPI_Error_string is `msg` (one code per message).
 int nm_error_code(int cls, const char *msg);
 int nm_error_class(nm_status_t st);
+// An error of ncclmpi's own in MPI function fn: st's standard class with the message "ncclmpi:
+// MPI_<fn>: why (st)", logged, raised through the error handler of file fh when there is one,
+// else of comm (MPI_COMM_WORLD's when null). Returns the error code.
+int nm_raise_error(int fn, nm_status_t st, const char *why, MPI_Comm comm, MPI_File fh = MPI_FILE_NULL);
 
 }  // namespace ncclmpi
 #endif

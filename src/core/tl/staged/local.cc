@@ -10,7 +10,6 @@
 // collective file call (MPI_File_write_all, ...) is then the real MPI's collective over host
 // memory on every rank, whichever ranks staged.
 #include <mpi.h>
-#include <stdio.h>
 
 #include <map>
 #include <mutex>
@@ -39,19 +38,6 @@ struct Local {
 // Split collectives in progress, by file: MPI allows one per file handle at a time.
 std::mutex split_mu;
 std::map<MPI_File, Local *> split;
-
-// An error of ncclmpi's own: the standard class, a message naming the call, through the handler
-// of the call's file, else its communicator, else MPI_COMM_WORLD's.
-int fail(int fn, nm_status_t st, const char *why, MPI_File fh, MPI_Comm comm)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[fn], why, nm_status_str(st));
-    NM_WARN(CALL, "%s", msg + 9);
-    const int code = nm_error_code(nm_error_class(st), msg);
-    if (fh != MPI_FILE_NULL) PMPI_File_call_errhandler(fh, code);
-    else PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
-    return code;
-}
 
 void drop(Local *l)
 {
@@ -122,9 +108,9 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
     if (st != NM_OK) {
         l->s = nullptr;  // (stage_in released it)
         drop(l);
-        *rc = fail(fn, st, st == NM_ERR_NO_MEM ? "no pinned host memory to stage the device buffer through"
-                                                : "copying the device buffer to the host failed",
-                   fh, comm);
+        const char *why = st == NM_ERR_NO_MEM ? "no pinned host memory to stage the device buffer through"
+                                              : "copying the device buffer to the host failed";
+        *rc = nm_raise_error(fn, st, why, comm, fh);
         return NM_STAGE_FAILED;
     }
     for (int k = 0; k < nr; k++) sh[idx[k]] = r[k].is_recv ? l->o.rbuf : const_cast<void *>(l->o.sbuf);
@@ -156,5 +142,5 @@ extern "C" int nm_stage_local_done(int fn, void *tok, int rc, MPI_Request *req, 
     }
     const nm_status_t st = stage_finish(l->s, nullptr);
     drop(l);
-    return st == NM_OK ? rc : fail(fn, st, "copying the result back to the device failed", fh, comm);
+    return st == NM_OK ? rc : nm_raise_error(fn, st, "copying the result back to the device failed", comm, fh);
 }
