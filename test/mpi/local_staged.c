@@ -257,18 +257,24 @@ static void file_has(MPI_File fh, MPI_Offset at, const int *vals, int n, const c
     free(h);
 }
 
-static void t_io(void)
+/* A file of every rank's in TMPDIR, deleted when closed: 1 when it opened */
+static int scratch_file(const char *tag, MPI_File *fh)
 {
     char path[512] = "";
     if (rank == 0) {
         const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof(path), "%s/ncclmpi_local_staged.%d.dat", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        snprintf(path, sizeof(path), "%s/ncclmpi_%s.%d.dat", tmp && *tmp ? tmp : "/tmp", tag, (int)getpid());
     }
     MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
-    MPI_File fh;
-    int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &fh);
+    int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, fh);
     CHECK(rc == MPI_SUCCESS, "cannot open %s", path);
-    if (rc != MPI_SUCCESS) return;
+    return rc == MPI_SUCCESS;
+}
+
+static void t_io(void)
+{
+    MPI_File fh;
+    if (!scratch_file("local_staged", &fh)) return;
     const MPI_Offset mine = (MPI_Offset)rank * N;  /* this rank's ints in the file */
     int v[N], got[N];
     unsigned char hd[sizeof(v)];
@@ -445,18 +451,8 @@ static void t_fortran(void)
           (int)ierr, staged("Reduce_local") - before);
     dcheck(db, (unsigned char *)ref, sizeof(ref), "mpi_reduce_local_ on device memory");
     /* a split collective write from device memory, read back with a nonblocking read */
-    char path[512] = "";
-    if (rank == 0) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof(path), "%s/ncclmpi_local_staged_f.%d.dat", tmp && *tmp ? tmp : "/tmp", (int)getpid());
-    }
-    MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_File fh;
-    if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &fh) !=
-        MPI_SUCCESS) {
-        CHECK(0, "cannot open %s", path);
-        return;
-    }
+    if (!scratch_file("local_staged_f", &fh)) return;
     MPI_Fint ffh = MPI_File_c2f(fh), st[sizeof(MPI_Status) / sizeof(MPI_Fint) + 1], req = -1;
     MPI_Offset off = (MPI_Offset)rank * N * sizeof(int);
     ierr = -1;
