@@ -62,7 +62,8 @@ class Task {
     void complete(int mpi_rc);
     void recycle();
     // Whether its inner request can have been cancelled (point-to-point): only then does its
-    // status's cancelled flag mean anything (Open MPI leaves a file request's unset)
+    // status's cancelled flag mean anything (Open MPI 4.1 now and then reports a completed
+    // nonblocking file read as cancelled)
     bool may_cancel() const { return (nm_opk(kind_) & NM_KF_P2P) != 0; }
 
     uint64_t id_ = 0;
