@@ -176,7 +176,8 @@ def stage_bufs(r, fortran):
     dirs = []
     for a in r["args"]:
         if a["role"] in BUF_ROLES:
-            dirs.append(1 if a["role"] == "RBUF" or (a["role"] == "BUF" and "read" in r["name"].lower()) else 0)
+            # 2: a read's buffer, written from its start up to what the status counts
+            dirs.append(2 if a["role"] == "BUF" and "read" in r["name"].lower() else 1 if a["role"] == "RBUF" else 0)
     return ["%s, %d}" % (b[:-1], d) for b, d in zip(bufs, dirs)]
 
 
@@ -211,12 +212,22 @@ def stage_body(r, fortran, call, req_get, req_put, ret, resets):
     fh, comm = stage_objs(r, fortran)
     fn = "NM_FN_%s" % r["name"]
     roles = first_roles(r)
+    # the C forms hand the core the status the real call fills (stp: the caller's, or one of the
+    # core's where the caller ignores it), so that a read copies back only what it read (and need
+    # not copy in); the Fortran forms' statuses are Fortran's: their reads copy in and back whole
+    how = stage_how(r)
+    stp = "NULL"
+    if not fortran and ("STATUS" in roles or "REQ" in roles or r["name"].endswith("_begin")):
+        how = "NM_STAGE_COUNTS" if how == "0" else how + " | NM_STAGE_COUNTS"
     out = ["const nm_sbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
            "void *sh[%d];" % len(bufs),
            "void *tok = NULL;",
-           "int rc = MPI_SUCCESS;",
-           "const int e = nm_stage_local(%s, b, %d, %s, %s, %s, sh, &tok, &rc);" % (fn, len(bufs), stage_how(r), fh, comm),
-           "if (NM_UNLIKELY(e == NM_STAGE_FAILED)) {"]
+           "int rc = MPI_SUCCESS;"]
+    if not fortran and "STATUS" in roles:
+        out.append("MPI_Status *stp = %s;" % roles["STATUS"])
+        stp = "&stp"
+    out += ["const int e = nm_stage_local(%s, b, %d, %s, %s, %s, sh, &tok, %s, &rc);" % (fn, len(bufs), how, fh, comm, stp),
+            "if (NM_UNLIKELY(e == NM_STAGE_FAILED)) {"]
     if stage_coll(r) and "COUNT" in roles:
         if fortran:
             out += ["    MPI_Fint zero = 0, ierr2 = 0;",
@@ -230,9 +241,11 @@ def stage_body(r, fortran, call, req_get, req_put, ret, resets):
     out += ["}", "if (e == NM_STAGE_STAGED) {"]
     shadows = {n: ("sh[%d]" if fortran else "(%s)sh[%%d]" % next(a["ctype"] for a in r["args"] if a["name"] == n)) % i
                for i, n in enumerate(names)}
+    if stp != "NULL":
+        shadows[roles["STATUS"]] = "stp"
     out += ["    " + s for s in [call(shadows, "ierr" if fortran else "rc")] + req_get]
-    out += ["    rc = nm_stage_local_done(%s, tok, %s, %s, %s, %s);" % (fn, "*ierr" if fortran else "rc",
-                                                                         "&c_req" if req_get else "NULL", fh, comm)]
+    out += ["    rc = nm_stage_local_done(%s, tok, %s, %s, %s, %s, %s);" % (
+        fn, "*ierr" if fortran else "rc", "stp" if stp != "NULL" else "NULL", "&c_req" if req_get else "NULL", fh, comm)]
     out += ["    " + s for s in req_put + ret("rc")]
     out += ["}"]
     return out

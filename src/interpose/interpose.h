@@ -102,21 +102,25 @@ typedef struct nm_sbuf {
     const void *p;
     long long count;
     MPI_Datatype type;
-    int written;
+    int written;  /* 0: only read; 1: read and written; 2: written from its start, as much as the
+                     status counts (a read) */
 } nm_sbuf_t;
-enum { NM_STAGE_BEGIN = 1, NM_STAGE_END = 2 };      /* how: a split collective's begin or end */
+/* how: a split collective's begin or end; NM_STAGE_COUNTS: the status the real call fills (or the
+ * request's) reaches the core, so a read's contiguous buffer gets back only what was read */
+enum { NM_STAGE_BEGIN = 1, NM_STAGE_END = 2, NM_STAGE_COUNTS = 4 };
 enum { NM_STAGE_HOST = 0, NM_STAGE_STAGED = 1, NM_STAGE_FAILED = 2 };
 /* Before the real call of MPI function fn: NM_STAGE_HOST (no device buffer: the real MPI as it
  * is), NM_STAGE_STAGED (sh[i]: what to pass for b[i], its host shadow where it is device memory;
- * then the real call, then nm_stage_local_done with *tok), or NM_STAGE_FAILED (*rc: the error,
- * raised through the handler of fh, else comm, else MPI_COMM_WORLD). An _end (NM_STAGE_END) finds
- * the shadow its _begin staged on the same file. */
+ * *stp: the status to pass, one of the core's where it was MPI_STATUS_IGNORE; then the real call,
+ * then nm_stage_local_done with *tok), or NM_STAGE_FAILED (*rc: the error, raised through the
+ * handler of fh, else comm, else MPI_COMM_WORLD). An _end (NM_STAGE_END) finds the shadow its
+ * _begin staged on the same file. stp: null for a call without a status. */
 int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_File fh, MPI_Comm comm, void **sh, void **tok,
-                   int *rc);
-/* After the real call (rc its result): the copies back (req null) or, for a nonblocking call,
- * *req replaced by ncclmpi's request that copies back when the real one completes; a _begin
- * keeps the shadows for its _end. Returns the call's result. */
-int nm_stage_local_done(int fn, void *tok, int rc, MPI_Request *req, MPI_File fh, MPI_Comm comm);
+                   MPI_Status **stp, int *rc);
+/* After the real call (rc its result, status the one it filled or null): the copies back (req
+ * null) or, for a nonblocking call, *req replaced by ncclmpi's request that copies back when the
+ * real one completes; a _begin keeps the shadows for its _end. Returns the call's result. */
+int nm_stage_local_done(int fn, void *tok, int rc, MPI_Status *status, MPI_Request *req, MPI_File fh, MPI_Comm comm);
 
 /* Tasks behind user requests (generalized requests completed by ncclmpi). */
 void nm_progress(void);

@@ -20,6 +20,8 @@ struct BufRef {
     bool dense;         // whole span is written by the call (no copy-in needed for BUF_OUT)
     nm_memkind_t kind;  // filled by classification
     int device;
+    bool counted = false;  // BUF_OUT, dense: the call writes it from its start, as many bytes as its
+                           // status counts (a read into a contiguous buffer): only those come back
     bool empty() const { return hi <= lo; }
     const void *first() const { return (const char *)ptr + lo; }
 };

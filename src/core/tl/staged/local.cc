@@ -33,6 +33,7 @@ struct Local {
     Stage *s = nullptr;
     int how = 0;
     void *sh = nullptr;  // a split collective's shadow, which its _end passes again
+    MPI_Status status;   // the real call's, where the caller ignores it (a read counts what it read)
 };
 
 // Split collectives in progress, by file: MPI allows one per file handle at a time.
@@ -51,7 +52,7 @@ void drop(Local *l)
 using namespace ncclmpi;
 
 extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_File fh, MPI_Comm comm, void **sh,
-                              void **tok, int *rc)
+                              void **tok, MPI_Status **stp, int *rc)
 {
     for (int i = 0; i < n; i++) sh[i] = const_cast<void *>(b[i].p);
     if (nm_cfg.DISABLE) return NM_STAGE_HOST;
@@ -63,6 +64,7 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
         split.erase(it);
         l->how = how;  // (finished by nm_stage_local_done now)
         sh[0] = l->sh;
+        if (stp && *stp == MPI_STATUS_IGNORE) *stp = &l->status;
         *tok = l;
         NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
         return NM_STAGE_STAGED;
@@ -92,6 +94,14 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
         x.is_recv = n == 2 ? i == 1 : b[i].written != 0;
         x.ptr = const_cast<void *>(b[i].p);
         x.dir = b[i].written ? BUF_INOUT : BUF_IN;
+        // a read into a contiguous buffer whose status reaches us: no copy in, and back only what
+        // was read (the rest of the buffer is not touched)
+        const DtypeInfo *d = b[i].type != MPI_DATATYPE_NULL ? dtype_info(b[i].type) : nullptr;
+        if (b[i].written == 2 && (how & NM_STAGE_COUNTS) && d && d->contig) {
+            x.dir = BUF_OUT;
+            x.dense = true;
+            x.counted = true;
+        }
         x.lo = lo;
         x.hi = hi;
         x.kind = NM_MEM_DEVICE;
@@ -103,6 +113,7 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
     Local *l = new Local;
     nm_op_init(&l->o, fn, NM_OPK_NONE, 0);
     l->o.comm = comm;
+    l->o.status = stp && *stp != MPI_STATUS_IGNORE ? *stp : &l->status;
     l->how = how;
     const nm_status_t st = stage_in(&l->o, r, nr, &l->s);
     if (st != NM_OK) {
@@ -115,13 +126,15 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
     }
     for (int k = 0; k < nr; k++) sh[idx[k]] = r[k].is_recv ? l->o.rbuf : const_cast<void *>(l->o.sbuf);
     l->sh = sh[0];
+    if (stp) *stp = l->o.status;
     NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
     NM_TRACE(CALL, "MPI_%s -> staged (device buffers through host memory)", nm_fn_names[fn]);
     *tok = l;
     return NM_STAGE_STAGED;
 }
 
-extern "C" int nm_stage_local_done(int fn, void *tok, int rc, MPI_Request *req, MPI_File fh, MPI_Comm comm)
+extern "C" int nm_stage_local_done(int fn, void *tok, int rc, MPI_Status *status, MPI_Request *req, MPI_File fh,
+                                   MPI_Comm comm)
 {
     Local *l = static_cast<Local *>(tok);
     if (rc != MPI_SUCCESS) {  // the real MPI reported it; nothing was written
@@ -140,7 +153,7 @@ extern "C" int nm_stage_local_done(int fn, void *tok, int rc, MPI_Request *req, 
         drop(l);
         return t->publish(req);
     }
-    const nm_status_t st = stage_finish(l->s, nullptr);
+    const nm_status_t st = stage_finish(l->s, status);
     drop(l);
     return st == NM_OK ? rc : nm_raise_error(fn, st, "copying the result back to the device failed", comm, fh);
 }

@@ -208,7 +208,8 @@ struct Region {
     size_t len;
     size_t cls;   // pool class of `host`
     int dir;
-    bool counted; // a point-to-point receive: only the bytes received go back (the status says)
+    bool counted; // only the bytes the status counts go back (a receive, a read into a contiguous buffer)
+    bool received;  // a point-to-point receive (which may have got an envelope)
     bool mapped;  // `host` is mapped at its own address for the stage's device: its kernels may copy
 };
 
@@ -346,7 +347,8 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out, bool copy
         r.dir = b[i].dir;
         // a message may be shorter than the receive buffer, whose rest MPI leaves alone: a dense
         // one gets back the received bytes only (a sparse one is copied in first, below)
-        r.counted = (nm_opk(o->kind) & NM_KF_P2P) && b[i].is_recv && b[i].dir == BUF_OUT && b[i].dense;
+        r.received = (nm_opk(o->kind) & NM_KF_P2P) && b[i].is_recv && b[i].dir == BUF_OUT && b[i].dense;
+        r.counted = r.received || (b[i].counted && b[i].dir == BUF_OUT && b[i].dense);
         if (r.counted && o->status == MPI_STATUS_IGNORE) o->status = &s->status;
         r.host = (char *)pinned_get(r.len, s->dev, &r.cls, &r.mapped);
         if (!r.host) {
@@ -448,7 +450,7 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
         MPI_Count got = MPI_UNDEFINED;
         // a receive that got an envelope (NCCLMPI_P2P_ENVELOPE): its payload into the shadow, or a
         // device payload straight into the device buffer, queued on the lane (nothing to copy back)
-        if (s->r[i].counted && recv_status && recv_status != MPI_STATUS_IGNORE && env_on()) {
+        if (s->r[i].received && recv_status && recv_status != MPI_STATUS_IGNORE && env_on()) {
             bool direct = false;
             const int rc = env_finish_bytes(s->r[i].host, len, recv_status, s->r[i].dev, &direct, l->stream, &s->rel[i]);
             if (rc == MPI_ERR_TRUNCATE) truncated = true;
