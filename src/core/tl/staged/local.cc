@@ -4,9 +4,10 @@
 // These calls move data between the caller's buffers and a local object (a packing buffer, a
 // file); no peer's memory kind enters the decision, so each rank stages on its own: a rank whose
 // buffer is device memory copies it into a pinned host shadow (after the application's work on
-// the legacy stream), the real MPI runs on the shadow, and what the call wrote goes back. A buffer
-// the call writes is copied in first too, so that the bytes it leaves alone (a short read at the
-// end of a file, a datatype's gaps, packing space beyond the position) come back unchanged. A
+// the legacy stream), the real MPI runs on the shadow, and what the call wrote goes back. A read
+// into a contiguous buffer gets back only what its status counts; any other buffer the call writes
+// is copied in first too. Either way the bytes it leaves alone (a short read at the end of a file,
+// a datatype's gaps, packing space beyond the position) come back unchanged. A
 // collective file call (MPI_File_write_all, ...) is then the real MPI's collective over host
 // memory on every rank, whichever ranks staged.
 #include <mpi.h>
