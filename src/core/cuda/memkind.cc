@@ -186,12 +186,14 @@ extern "C" nm_memkind_t nm_mem_kind(const void *p, int *dev)
     return NM_MEM_HOST;
 }
 
-extern "C" int nm_mem_is_device(const void *p)
+extern "C" int nm_mem_device(const void *p, int *dev)
 {
     if (!cuda_attached() && !nm_linkmap_refresh()) return 0;
-    nm_memkind_t k = nm_mem_kind(p, nullptr);
+    nm_memkind_t k = nm_mem_kind(p, dev);
     return k == NM_MEM_DEVICE || (k == NM_MEM_MANAGED && managed_as_device);
 }
+
+extern "C" int nm_mem_is_device(const void *p) { return nm_mem_device(p, nullptr); }
 
 extern "C" int nm_gpu_node(void)
 {

@@ -16,6 +16,9 @@ int nm_mem_known_host(const void *p);
 /* 1 when p is memory that ncclmpi routes as device memory (device, or managed unless
  * NCCLMPI_MANAGED=host). */
 int nm_mem_is_device(const void *p);
+/* The same, with *dev (when asked) the device ordinal the driver gives (-1 for managed memory it
+ * does not place). */
+int nm_mem_device(const void *p, int *dev);
 /* Look at libraries loaded since the last look; attach the CUDA driver if it arrived.
  * Returns 1 when the driver is attached. */
 int nm_linkmap_refresh(void);

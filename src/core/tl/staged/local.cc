@@ -79,15 +79,11 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
         if (b[i].count == 0 || b[i].p == MPI_IN_PLACE) continue;  // (not significant)
         if (b[i].count < 0) return NM_STAGE_HOST;  // invalid: the real MPI reports it
         MPI_Aint lo = 0, hi = (MPI_Aint)b[i].count;  // without a datatype: bytes
-        if (b[i].type != MPI_DATATYPE_NULL) {
-            const DtypeInfo *d = dtype_info(b[i].type);
-            if (!d) return NM_STAGE_HOST;  // (an invalid datatype: likewise)
-            dtype_span(d, 0, b[i].count, &lo, &hi);
-        }
-        const void *first = (const char *)b[i].p + lo;
-        if (hi <= lo || !nm_mem_is_device(first)) continue;
+        const DtypeInfo *d = b[i].type != MPI_DATATYPE_NULL ? dtype_info(b[i].type) : nullptr;
+        if (b[i].type != MPI_DATATYPE_NULL && !d) return NM_STAGE_HOST;  // (an invalid datatype: likewise)
+        if (d) dtype_span(d, 0, b[i].count, &lo, &hi);
         int dev = -1;
-        nm_mem_kind(first, &dev);
+        if (hi <= lo || !nm_mem_device((const char *)b[i].p + lo, &dev)) continue;
         CUdevice cd;
         if (dev < 0 && cu.cuCtxGetDevice(&cd) == CUDA_SUCCESS) dev = (int)cd;  // (managed memory)
         BufRef &x = r[nr];
@@ -97,7 +93,6 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
         x.dir = b[i].written ? BUF_INOUT : BUF_IN;
         // a read into a contiguous buffer whose status reaches us: no copy in, and back only what
         // was read (the rest of the buffer is not touched)
-        const DtypeInfo *d = b[i].type != MPI_DATATYPE_NULL ? dtype_info(b[i].type) : nullptr;
         if (b[i].written == 2 && (how & NM_STAGE_COUNTS) && d && d->contig) {
             x.dir = BUF_OUT;
             x.dense = true;
