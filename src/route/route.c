@@ -178,3 +178,14 @@ const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long
     if (autom && !nm_same_everywhere(mine + 2, all + 2)) return "ranks with different CUDA_VISIBLE_DEVICES";
     return NULL;
 }
+
+nm_p2p_limits_t nm_p2p_limits(int ranks, int gpus, int mps, size_t min_cfg, int min_set, size_t batch_cfg, int batch_set)
+{
+    nm_p2p_limits_t l = {min_cfg, batch_cfg, 1};
+    if (gpus <= 0 || ranks <= gpus || mps) return l;
+    l.ranks_per_gpu = (ranks + gpus - 1) / gpus;
+    const size_t shared_min = (size_t)l.ranks_per_gpu * NM_P2P_SHARED_MIN_PER_RANK;
+    if (!min_set && shared_min > l.envelope_min) l.envelope_min = shared_min;
+    if (!batch_set) l.copy_batch = 0;
+    return l;
+}

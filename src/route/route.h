@@ -127,6 +127,27 @@ void nm_env_vote_mine(long long mine[NM_ENV_VOTE_N], unsigned long long host_has
                       int gpu_node, int autom);
 const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long all[NM_ENV_VOTE_N], int autom);
 
+/* ---- device point-to-point on GPUs that ranks share, without MPS ----
+ * Without MPS a GPU runs one process's work at a time and switches between processes that both have
+ * work queued in time slices: with two ranks on one H200, a device-to-device copy, a kernel or a
+ * copy to the device of up to 16 KiB waited about 0.28 ms for the other process's slice, where a
+ * copy to the host or a larger one to the device did not (performance.md, "Ranks sharing a GPU").
+ * An envelope's payload is copied device to device twice (into the sender's pool, out of it), a
+ * copy kernel's batch is a kernel: each may wait a slice, while staging copies to the host and
+ * back. So, with NCCLMPI_P2P_ENVELOPE=auto, where the job's `ranks` (all on one node) outnumber
+ * its `gpus` and this process does not run under MPS (`mps`), a device message goes as an envelope
+ * only from k x 512 KiB, k = ranks per GPU rounded up (staging grows with the bytes, the waits with
+ * k), and no copy kernel runs. A setting given in the environment (`*_set`) is kept as it is.
+ * Sender-local and receiver-local choices: a receive decodes whatever arrives, so ranks need not
+ * agree on them. */
+typedef struct {
+    size_t envelope_min; /* the smallest device message sent as an envelope */
+    size_t copy_batch;   /* the largest payload a copy kernel batches (0: none) */
+    int ranks_per_gpu;   /* k where the GPUs are shared that way, else 1 */
+} nm_p2p_limits_t;
+enum { NM_P2P_SHARED_MIN_PER_RANK = 512 * 1024 };
+nm_p2p_limits_t nm_p2p_limits(int ranks, int gpus, int mps, size_t min_cfg, int min_set, size_t batch_cfg, int batch_set);
+
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */
 int nm_map_dtype(MPI_Datatype dt);

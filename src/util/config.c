@@ -332,6 +332,12 @@ static void warn(const char *fmt, ...)
 
 const char *nm_config_foreign(const char *name) { return getenv(name); }
 
+int nm_cfg_from_env(const char *name)
+{
+    const nm_cfg_row_t *row = nm_cfg_find(name);
+    return row && from_env[row - nm_cfg_rows];
+}
+
 int nm_config_parse(char *const *envp)
 {
     if (!envp) envp = environ;

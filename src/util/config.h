@@ -57,6 +57,9 @@ void nm_config_load(void);
 /* Another component's variable that a decision of ncclmpi's depends on (CUDA_VISIBLE_DEVICES for
  * NCCLMPI_P2P_ENVELOPE=auto), read here like the settings; NULL when it is not set. */
 const char *nm_config_foreign(const char *name);
+/* Whether setting `name` (without NCCLMPI_) was given a valid value in the environment (else
+ * nm_cfg holds its default, which a derived limit may then adjust). */
+int nm_cfg_from_env(const char *name);
 /* Reset nm_cfg to the defaults and parse `envp` (NULL: the process environment); returns the
  * number of warnings. nm_config_load's worker; unit tests call it directly. */
 int nm_config_parse(char *const *envp);

@@ -289,6 +289,50 @@ static void test_large(void)
     cudaFree(d);
 }
 
+/* Which device messages go as envelopes with NCCLMPI_P2P_ENVELOPE=auto (the default): from
+ * NCCLMPI_P2P_ENVELOPE_MIN (8 KiB), or, where the ranks outnumber the GPUs and the process does
+ * not run under MPS, from k x 512 KiB (k ranks per GPU, rounded up): the rule of doc/design.md,
+ * restated here from the test's own facts. Messages just below and at that size between ring
+ * neighbours, counted by ncclmpi's envelope counter and checked byte for byte; skipped where the
+ * settings are not the defaults or envelopes are off for the job (an 8 MiB message is staged). */
+static void test_envelope_sizes(int ndev)
+{
+    unsigned long long (*sent)(void) = (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_test_envelopes_sent");
+    const char *env = getenv("NCCLMPI_P2P_ENVELOPE");
+    if (!sent || size < 2 || (env && strcmp(env, "auto")) || getenv("NCCLMPI_P2P_ENVELOPE_MIN") || getenv("NCCLMPI_FORCE_STAGED"))
+        return;
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0) != cudaSuccess) mps = 0;
+    const int k = size > ndev && !mps ? (size + ndev - 1) / ndev : 1;
+    const int min = k > 1 ? k * 512 * 1024 : 8192;
+    const int big = 8 << 20, next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    const int sizes[3] = {big, min - 4, min};  /* bytes (ints: /4) */
+    int *s = dev_ints(big / 4, rank * 7), *r = dev_ints(big / 4, -1);
+    for (int c = 0; c < 3; c++) {
+        const int n = sizes[c] / 4;
+        CUDACHECK(cudaMemset(r, 0xAB, big));
+        const unsigned long long before = sent();
+        MPI_Request q[2];
+        MPI_Irecv(r, n, MPI_INT, prev, 40 + c, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(s, n, MPI_INT, next, 40 + c, MPI_COMM_WORLD, &q[1]);
+        MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        check_dev_ints(r, n, prev * 7, "envelope sizes");
+        const int went = (int)(sent() - before);
+        int any = 0;
+        MPI_Allreduce(&went, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (c == 0 && !any) {
+            if (rank == 0) printf("gpu_misc: envelopes are off for this job; sizes not checked\n");
+            break;
+        }
+        const int want = c == 1 ? 0 : 1;
+        CHECK(went == want, "%d-byte device message with %d rank(s) per GPU (MPS %d): %d envelope(s), want %d", sizes[c], k,
+              mps, went, want);
+    }
+    if (rank == 0) printf("gpu_misc: envelopes from %d bytes (%d rank(s) per GPU, MPS %d)\n", min, k, mps);
+    cudaFree(s);
+    cudaFree(r);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -309,6 +353,7 @@ int main(int argc, char **argv)
     test_errors(ndev);
     test_lifecycle();
     test_large();
+    test_envelope_sizes(ndev);
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("gpu_misc: %d ranks, %d GPU(s): %d failure(s)\n", size, ndev, total);

@@ -418,6 +418,35 @@ static void test_env_vote(void)
         }
 }
 
+/* Device point-to-point limits where ranks share GPUs (nm_p2p_limits), against the rule written
+ * out case by case: a GPU per rank or more, MPS, or no GPU count: the settings as they are; else
+ * envelopes from k x 512 KiB (never below the setting) and no copy kernels, unless set. */
+static void test_p2p_limits(void)
+{
+    const size_t K = 1024, M = 1024 * 1024;
+    for (int ranks = 1; ranks <= 9; ranks++)
+        for (int gpus = 0; gpus <= 4; gpus++)
+            for (int mps = 0; mps < 2; mps++)
+                for (int set = 0; set < 4; set++)
+                    for (int big = 0; big < 2; big++) {
+                        const size_t min_cfg = big ? 8 * M : 8 * K, batch_cfg = 4 * M;
+                        const nm_p2p_limits_t l = nm_p2p_limits(ranks, gpus, mps, min_cfg, set & 1, batch_cfg, set >> 1);
+                        const int shared = gpus > 0 && ranks > gpus && !mps;
+                        const int k = shared ? (ranks + gpus - 1) / gpus : 1;
+                        CHECK(l.ranks_per_gpu == k);
+                        size_t want_min = min_cfg;
+                        if (shared && !(set & 1) && (size_t)k * 512 * K > min_cfg) want_min = (size_t)k * 512 * K;
+                        CHECK(l.envelope_min == want_min);
+                        CHECK(l.copy_batch == (shared && !(set >> 1) ? 0 : batch_cfg));
+                    }
+    /* the measured cases: 2 and 4 ranks on one GPU; 8 ranks on 4 GPUs; 4 on 4 */
+    CHECK(nm_p2p_limits(2, 1, 0, 8 * K, 0, 4 * M, 0).envelope_min == 1 * M);
+    CHECK(nm_p2p_limits(4, 1, 0, 8 * K, 0, 4 * M, 0).envelope_min == 2 * M);
+    CHECK(nm_p2p_limits(8, 4, 0, 8 * K, 0, 4 * M, 0).envelope_min == 1 * M);
+    CHECK(nm_p2p_limits(4, 4, 0, 8 * K, 0, 4 * M, 0).envelope_min == 8 * K);
+    CHECK(nm_p2p_limits(2, 1, 1, 8 * K, 0, 4 * M, 0).copy_batch == 4 * M);
+}
+
 int main(void)
 {
     test_route();
@@ -426,6 +455,7 @@ int main(void)
     test_config();
     test_table();
     test_env_vote();
+    test_p2p_limits();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

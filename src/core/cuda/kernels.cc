@@ -56,9 +56,9 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
     return nullptr;
 }
 
-bool copyv_batchable(const void *dst, const void *src, size_t n)
+bool copyv_batchable(const void *dst, const void *src, size_t n, size_t limit)
 {
-    return n <= (size_t)nm_cfg.P2P_COPY_BATCH && (((uintptr_t)dst | (uintptr_t)src) & 15) == 0 && kernels_built();
+    return n <= limit && (((uintptr_t)dst | (uintptr_t)src) & 15) == 0 && kernels_built();
 }
 
 // one launch of up to NM_COPYV_MAX regions

@@ -21,8 +21,9 @@ bool kernels_built();
 const CUfunction *kernels(CUcontext ctx, std::string *why);
 
 // Whether the copy kernel takes a copy of n bytes from src to dst into a batch (kernels built,
-// both ends 16-byte aligned, at most NCCLMPI_P2P_COPY_BATCH bytes); others go as driver copies.
-bool copyv_batchable(const void *dst, const void *src, size_t n);
+// both ends 16-byte aligned, at most `limit` bytes: env_limits().copy_batch, from
+// NCCLMPI_P2P_COPY_BATCH); others go as driver copies.
+bool copyv_batchable(const void *dst, const void *src, size_t n, size_t limit);
 
 // n copies on stream s in the current context, which is ctx: nm_copyv launches of up to
 // NM_COPYV_MAX regions each (a region left alone, no kernels, or a launch refused: driver

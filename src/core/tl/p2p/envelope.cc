@@ -36,6 +36,8 @@ namespace ncclmpi {
 namespace {
 
 bool device_mode = false;  // device sends go as envelopes (else host ones: the test mode)
+bool auto_mode = false;    // NCCLMPI_P2P_ENVELOPE=auto decided them on
+int world_size = 1;
 uint64_t nonce[2];
 int my_wrank = 0;
 MPI_Comm rel_comm = MPI_COMM_NULL;  // releases travel here (a duplicate of MPI_COMM_WORLD)
@@ -286,7 +288,9 @@ void env_init()
     if (!nm_env_active) return;
     const bool autom = !strcmp(nm_cfg.P2P_ENVELOPE, "auto");
     device_mode = autom || !strcmp(nm_cfg.P2P_ENVELOPE, "device");
+    auto_mode = autom;
     PMPI_Comm_rank(MPI_COMM_WORLD, &my_wrank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
     // Decided by all ranks together, so that every rank decodes where any rank may send: every
     // rank on one node (the pull reads another process's memory); with auto also every one on a
     // machine with NVIDIA GPUs and with the same CUDA_VISIBLE_DEVICES (so a receiver sees the GPU
@@ -302,7 +306,7 @@ void env_init()
         NM_INFO(INIT, "point-to-point envelopes off: %s", off);
         nm_env_active = 0;
         nm_envelopes_configured = 0;  // (MPI_Init: no other thread calls MPI yet)
-        device_mode = false;
+        device_mode = auto_mode = false;
         return;
     }
     if (my_wrank == 0) {
@@ -321,6 +325,40 @@ void env_init()
 }
 
 bool env_device() { return device_mode; }
+
+static nm_p2p_limits_t limits_of_settings()
+{
+    return nm_p2p_limits_t{(size_t)nm_cfg.P2P_ENVELOPE_MIN, (size_t)nm_cfg.P2P_COPY_BATCH, 1};
+}
+
+// With auto, every rank is on this node and sees the same GPUs (env_init's vote), so ranks over
+// visible GPUs is the job's ranks per GPU on the node (were every rank to use one).
+static nm_p2p_limits_t limits_of_node()
+{
+    int gpus = 0, mps = 0;
+    CUdevice d0;
+    if (cu.cuDeviceGetCount(&gpus) != CUDA_SUCCESS) gpus = 0;
+    // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133): 1 where this process's contexts go through an MPS
+    // server; a driver that does not know it answers an error: no MPS
+    if (gpus <= 0 || cu.cuDeviceGet(&d0, 0) != CUDA_SUCCESS ||
+        cu.cuDeviceGetAttribute(&mps, (CUdevice_attribute)133, d0) != CUDA_SUCCESS)
+        mps = 0;
+    const nm_p2p_limits_t l = nm_p2p_limits(world_size, gpus, mps, (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg_from_env("P2P_ENVELOPE_MIN"),
+                                            (size_t)nm_cfg.P2P_COPY_BATCH, nm_cfg_from_env("P2P_COPY_BATCH"));
+    if (l.ranks_per_gpu > 1)
+        NM_INFO(P2P, "%d ranks share %d GPU(s) without MPS (up to %d per GPU, whose work the GPU time-slices): device "
+                "messages of %zu bytes and more go as envelopes, smaller ones are staged; copy kernels %s",
+                world_size, gpus, l.ranks_per_gpu, l.envelope_min, l.copy_batch ? "on" : "off");
+    return l;
+}
+
+const nm_p2p_limits_t &env_limits()
+{
+    static const nm_p2p_limits_t settings = limits_of_settings();
+    if (!device_mode || !auto_mode || !cuda_attached()) return settings;
+    static const nm_p2p_limits_t node = limits_of_node();  // (thread-safe once)
+    return node;
+}
 
 bool env_comm(MPI_Comm comm)
 {
@@ -369,7 +407,7 @@ static int send_wire(nm_op_t *o, const Held &h, const Envelope &e)
 static bool send_eligible(const nm_op_t *o, size_t bytes)
 {
     return nm_env_active && !(o->flags & NM_OPF_PERS) && o->peer != MPI_PROC_NULL && o->kind == NM_OPK_SEND && send_mode(o->fn) &&
-           bytes >= (size_t)nm_cfg.P2P_ENVELOPE_MIN && bytes > NM_ENV_WIRE && env_comm(o->comm);
+           bytes >= env_limits().envelope_min && bytes > NM_ENV_WIRE && env_comm(o->comm);
 }
 
 // The envelope of a payload that waits in h (transport, addr: where), held until its release,
@@ -475,7 +513,7 @@ enum { COPIED_AT_CALL = 2 };
 // kernel cannot take.
 static bool copied_at_flush(const void *dst, const void *src, size_t n)
 {
-    return ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && copyv_batchable(dst, src, n);
+    return ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && copyv_batchable(dst, src, n, env_limits().copy_batch);
 }
 
 // The payloads of v's batched sends into their pool blocks: per device, copy-kernel launches on

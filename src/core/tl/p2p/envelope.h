@@ -27,6 +27,7 @@
 
 #include "core/cuda/cuda_api.h"
 #include "route/nm_op.h"
+#include "route/route.h"
 
 namespace ncclmpi {
 
@@ -74,6 +75,12 @@ bool env_send_defers(const nm_op_t *o);
 // (the type could not be duplicated): not queued.
 struct Stage;
 int env_send_staged(nm_op_t *o, Stage *s, int *rc);
+// The sizes that shape this process's device point-to-point: NCCLMPI_P2P_ENVELOPE_MIN and
+// NCCLMPI_P2P_COPY_BATCH, or, with NCCLMPI_P2P_ENVELOPE=auto where the ranks outnumber the GPUs
+// and this process does not run under MPS, larger envelopes only and no copy kernels (route.h,
+// nm_p2p_limits). Decided at the first call with the driver loaded (a device send or copy);
+// before that, and without envelopes on GPUs, the settings.
+const nm_p2p_limits_t &env_limits();
 // Send the queued envelopes and staged sends, in the order of their calls.
 void env_flush_sends();
 bool env_device();

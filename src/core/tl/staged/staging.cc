@@ -391,7 +391,7 @@ bool stage_pull_async(void *dst, CUdeviceptr src, size_t n, CUstream stream)
     Lane *l = nullptr;
     for (auto &x : lanes)
         if (x.second->stream == stream) l = x.second;
-    if (!l || !copyv_batchable(dst, (const void *)(uintptr_t)src, n))
+    if (!l || !copyv_batchable(dst, (const void *)(uintptr_t)src, n, env_limits().copy_batch))
         return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, stream) == CUDA_SUCCESS;
     if (!l->open) {
         l->open = new PullBatch;
