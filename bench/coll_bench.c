@@ -8,6 +8,7 @@
  *
  *   mpirun -np 4 -x LD_PRELOAD=libncclmpi.so coll_bench [-b 8] [-e 1G] [-f 4] [-o out.csv]
  *          [-c allreduce,bcast,allgather,reduce_scatter,alltoall] [-w staged_max_bytes] [-r 1]
+ *   The nccl column needs a GPU per rank (NCCL refuses ranks that share one): left out (-1) otherwise.
  *   -r 1   raw NCCL only (no MPI call on device buffers: runs without libncclmpi, for example as
  *          the control of a compute-sanitizer run)
  */
@@ -138,10 +139,20 @@ int main(int argc, char **argv)
     CUDACHECK(cudaGetDeviceCount(&ndev));
     CUDACHECK(cudaSetDevice(lrank % ndev));
     CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    ncclUniqueId id;
-    if (rank == 0) NCCLCHECK(ncclGetUniqueId(&id));
-    PMPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    NCCLCHECK(ncclCommInitRank(&nc, size, id, rank));
+    /* NCCL refuses ranks that share a GPU: then the nccl column is left out (-1) */
+    int own_gpu = ndev >= size || size == 1, nccl_ok = 0;
+    PMPI_Allreduce(&own_gpu, &nccl_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!nccl_ok && raw_only) {
+        if (rank == 0) fprintf(stderr, "coll_bench: -r 1 needs a GPU per rank (NCCL refuses ranks that share one)\n");
+        MPI_Finalize();
+        return 77;
+    }
+    if (nccl_ok) {
+        ncclUniqueId id;
+        if (rank == 0) NCCLCHECK(ncclGetUniqueId(&id));
+        PMPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        NCCLCHECK(ncclCommInitRank(&nc, size, id, rank));
+    }
     size_t cap = maxb + 4096;
     CUDACHECK(cudaMalloc((void **)&dsend, cap));
     CUDACHECK(cudaMalloc((void **)&drecv, cap));
@@ -155,8 +166,8 @@ int main(int argc, char **argv)
         cudaGetDeviceProperties(&p, lrank % ndev);
         int v;
         ncclGetVersion(&v);
-        printf("# coll_bench: %d ranks, %d GPU(s) per node (%s), NCCL %d, float32, median of timed blocking iterations\n",
-               size, ndev, p.name, v);
+        printf("# coll_bench: %d ranks, %d GPU(s) per node (%s), NCCL %d, float32, median of timed blocking iterations%s\n",
+               size, ndev, p.name, v, nccl_ok ? "" : "; nccl column not run (ranks share a GPU)");
         printf("%-15s %10s %11s %11s %11s %9s %9s %9s %8s\n", "coll", "bytes", "mpi_us", "nccl_us", "staged_us", "mpi_GB/s",
                "nccl_GB/s", "stg_GB/s", "bw_ratio");
     }
@@ -166,22 +177,23 @@ int main(int argc, char **argv)
             size_t n = per_rank_elems(c, bytes);
             if (n == 0) continue;
             int iters = bytes <= (1 << 20) ? 200 : bytes <= (64 << 20) ? 40 : 10;
-            double tn = time_it(run_nccl, c, n, iters);
+            double tn = nccl_ok ? time_it(run_nccl, c, n, iters) : -1e-6;
             double tm = raw_only ? tn : time_it(run_mpi, c, n, iters);
             double ts = !raw_only && bytes <= staged_max ? time_it(run_staged, c, n, iters > 20 ? 20 : iters) : 0;
             double f = busbw_factor(c), gb = 1e9;
-            double bm = bytes / tm / gb * f, bn = bytes / tn / gb * f, bs = ts > 0 ? bytes / ts / gb * f : 0;
+            double bm = bytes / tm / gb * f, bn = nccl_ok ? bytes / tn / gb * f : 0, bs = ts > 0 ? bytes / ts / gb * f : 0;
             if (rank == 0) {
+                const double ratio = nccl_ok ? bm / bn : -1;
                 printf("%-15s %10zu %11.2f %11.2f %11.2f %9.2f %9.2f %9.2f %8.3f\n", names[c], bytes, tm * 1e6, tn * 1e6,
-                       ts * 1e6, bm, bn, bs, bm / bn);
+                       ts * 1e6, bm, bn, bs, ratio);
                 fprintf(out, "%s,%zu,%d,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f\n", names[c], bytes, size, tm * 1e6, tn * 1e6,
-                        ts * 1e6, bm, bn, bs, bm / bn);
+                        ts * 1e6, bm, bn, bs, ratio);
                 fflush(stdout);
             }
         }
     }
     if (out) fclose(out);
-    ncclCommDestroy(nc);
+    if (nccl_ok) ncclCommDestroy(nc);
     cudaFree(dsend);
     cudaFree(drecv);
     cudaFreeHost(hsend);
