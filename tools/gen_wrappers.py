@@ -216,6 +216,8 @@ def stage_body(r, fortran, call, req_get, req_put, ret, resets):
     # core's where the caller ignores it), so that a read copies back only what it read (and need
     # not copy in); the Fortran forms' statuses are Fortran's: their reads copy in and back whole
     how = stage_how(r)
+    if stage_coll(r) and "REQ" not in roles:  # a blocking collective call: its wait is watched
+        how = "NM_STAGE_WAITS" if how == "0" else how + " | NM_STAGE_WAITS"
     stp = "NULL"
     if not fortran and ("STATUS" in roles or "REQ" in roles or r["name"].endswith("_begin")):
         how = "NM_STAGE_COUNTS" if how == "0" else how + " | NM_STAGE_COUNTS"

@@ -35,9 +35,6 @@
 
 namespace ncclmpi {
 
-// where a blocking staged call waits, for the watchdog's warning
-static const char staged_wait[] = "in the real MPI, its device buffers staged through host memory";
-
 extern int nm_thread_multiple;
 
 static __thread int depth __attribute__((tls_model("initial-exec")));
@@ -522,7 +519,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         if (o->kind == NM_OPK_SEND && !later) env_flush_sends();
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
-            WaitWatch w(nm_fn_names[o->fn], staged_wait);
+            WaitWatch w(nm_fn_names[o->fn], stage_wait_reason);
             nm_status_t st = stage_pipelined(x, c.device, rc);
             if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
             return ENTER_DONE;
@@ -639,7 +636,7 @@ int real_done(nm_op_t *o, int rc)
 static inline __attribute__((always_inline)) int enter_real(nm_op_t *o, int *rc, bool gated)
 {
     const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
-    if (watch) nm_wd_begin(nm_fn_names[o->fn], staged_wait);
+    if (watch) nm_wd_begin(nm_fn_names[o->fn], stage_wait_reason);
     *rc = real_done(o, gated ? env_gate_post(o) : nm_real_fns[o->fn](o));
     if (watch) nm_wd_end();
     return 1;

@@ -106,8 +106,10 @@ typedef struct nm_sbuf {
                      status counts (a read) */
 } nm_sbuf_t;
 /* how: a split collective's begin or end; NM_STAGE_COUNTS: the status the real call fills (or the
- * request's) reaches the core, so a read's contiguous buffer gets back only what was read */
-enum { NM_STAGE_BEGIN = 1, NM_STAGE_END = 2, NM_STAGE_COUNTS = 4 };
+ * request's) reaches the core, so a read's contiguous buffer gets back only what was read;
+ * NM_STAGE_WAITS: a blocking collective call, which waits in the real MPI for the other ranks
+ * (watched from nm_stage_local to nm_stage_local_done, as blocking staged calls are) */
+enum { NM_STAGE_BEGIN = 1, NM_STAGE_END = 2, NM_STAGE_COUNTS = 4, NM_STAGE_WAITS = 8 };
 enum { NM_STAGE_HOST = 0, NM_STAGE_STAGED = 1, NM_STAGE_FAILED = 2 };
 /* Before the real call of MPI function fn: NM_STAGE_HOST (no device buffer: the real MPI as it
  * is), NM_STAGE_STAGED (sh[i]: what to pass for b[i], its host shadow where it is device memory;

@@ -1,9 +1,10 @@
 #!/bin/sh
 # watchdog.sh BUILDDIR: a device-buffer call that waits for a late peer says so. Two ranks on the
 # stand-in CUDA driver and NCCL (test/unit/fake_cuda.c, fake_nccl.c; they share its one "GPU", so
-# device collectives are staged through the real MPI); rank 1 joins two calls 2.5 s late
+# device collectives are staged through the real MPI); rank 1 joins two calls 2.5 s late, rank 0 a third
 # (test/unit/watchdog_prog.c). With NCCLMPI_WARN_AFTER=1, rank 0 must warn once about the
-# blocking MPI_Allreduce waiting in the real MPI and once about the MPI_Wait, rank 1 never; with
+# blocking MPI_Allreduce waiting in the real MPI and once about the MPI_Wait, rank 1 once about the
+# staged MPI_File_write_ordered it waits in for rank 0; with
 # NCCLMPI_WARN_AFTER=0 nobody warns; with NCCLMPI_AGREE=1 the MPI_Allreduce waits (and is named)
 # in its route vote. The results are checked in these runs. Then rank 1 is killed
 # before the MPI_Allreduce (Open MPI's --enable-recovery keeps rank 0 running, waiting for good):
@@ -22,8 +23,10 @@ grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited [0-9]* s in the real
   fail "rank 0 did not warn about its MPI_Allreduce"
 grep -q '^\[ncclmpi r0\] WARN CALL MPI_Wait has waited [0-9]* s for its requests' "$d/err" ||
   fail "rank 0 did not warn about its MPI_Wait"
+grep -q '^\[ncclmpi r1\] WARN CALL MPI_File_write_ordered has waited [0-9]* s in the real MPI, its device buffers staged' "$d/err" ||
+  fail "rank 1 did not warn about its MPI_File_write_ordered"
 [ "$w0" -eq 2 ] || fail "rank 0 warned $w0 times (expected 2)"
-[ "$w1" -eq 0 ] || fail "rank 1, never late, warned $w1 times"
+[ "$w1" -eq 1 ] || fail "rank 1 warned $w1 times (expected 1, about the file write)"
 
 NCCLMPI_WARN_AFTER=0 "$b/test/run_mpi.sh" 2 preload "$prog" 1.5 >"$d/out" 2>"$d/err" || fail "the run without warnings failed"
 grep -q "watchdog_prog: ok" "$d/out" || fail "wrong results without warnings: $(cat "$d/out")"

@@ -2,7 +2,9 @@
  * ranks on the stand-in CUDA driver (test/unit/fake_cuda.c: both ranks see the same "GPU", so
  * ncclmpi stages their device collectives through the real MPI). Rank 1 joins each of the two
  * waited-for calls 2.5 s late: a blocking MPI_Allreduce (rank 0 waits inside the real MPI) and an
- * MPI_Iallreduce + MPI_Wait (rank 0 waits in ncclmpi's MPI_Wait). Every result is checked.
+ * MPI_Iallreduce + MPI_Wait (rank 0 waits in ncclmpi's MPI_Wait); rank 0 joins a third late, a
+ * collective file write from device memory in rank order (MPI_File_write_ordered, staged: rank 1
+ * waits in the real MPI's call). Every result is checked.
  * With "kill", rank 1 SIGKILLs itself instead, and rank 0's MPI_Allreduce waits for good.
  *   watchdog_prog [DELAY_S] [kill]     (NCCLMPI_CUDA_LIB: the stand-in driver, already loaded) */
 #define _GNU_SOURCE
@@ -61,6 +63,39 @@ int main(int argc, char **argv)
     MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q);
     MPI_Wait(&q, MPI_STATUS_IGNORE);
     bad |= check(out, size, "MPI_Iallreduce + MPI_Wait with a late peer", rank);
+    /* a collective file write from device memory in rank order, staged; rank 0 is late this
+     * time, so rank 1 waits in the real MPI's call for its place in the order; then each rank
+     * reads its neighbour's block back into device memory (sync, barrier, sync: MPI-IO's rule
+     * for seeing another process's writes) */
+    char path[512];
+    if (rank == 0) {
+        const char *dir = getenv("TMPDIR");
+        snprintf(path, sizeof(path), "%s/nm_watchdog_%d.dat", dir && *dir ? dir : "/tmp", (int)getpid());
+    }
+    MPI_Bcast(path, (int)sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_File fh;
+    if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &fh) !=
+        MPI_SUCCESS) {
+        fprintf(stderr, "watchdog_prog: rank %d: cannot open %s\n", rank, path);
+        bad = 1;
+    } else {
+        for (int i = 0; i < N; i++) out[i] = -1;
+        if (rank == 0) usleep((useconds_t)(delay * 1e6));
+        MPI_File_write_ordered(fh, in, N, MPI_INT, MPI_STATUS_IGNORE);
+        MPI_File_sync(fh);
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_File_sync(fh);
+        const int from = (rank + 1) % size;
+        MPI_File_read_at_all(fh, (MPI_Offset)from * N * sizeof(int), out, N, MPI_INT, MPI_STATUS_IGNORE);
+        for (int i = 0; i < N; i++)
+            if (out[i] != from + i) {
+                fprintf(stderr, "watchdog_prog: rank %d: file block of rank %d, element %d = %d, want %d\n", rank, from, i,
+                        out[i], from + i);
+                bad = 1;
+                break;
+            }
+        MPI_File_close(&fh);
+    }
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) printf("watchdog_prog: %s\n", all ? "FAIL" : "ok");

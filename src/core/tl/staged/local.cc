@@ -24,6 +24,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/watchdog.h"
 
 namespace ncclmpi {
 namespace {
@@ -33,6 +34,7 @@ struct Local {
     nm_op_t o;        // the description stage_in works on (its sbuf/rbuf become the shadows)
     Stage *s = nullptr;
     int how = 0;
+    bool watched = false;  // the wait in the real call is watched (NM_STAGE_WAITS)
     void *sh = nullptr;  // a split collective's shadow, which its _end passes again
     MPI_Status status;   // the real call's, where the caller ignores it (a read counts what it read)
 };
@@ -40,6 +42,15 @@ struct Local {
 // Split collectives in progress, by file: MPI allows one per file handle at a time.
 std::mutex split_mu;
 std::map<MPI_File, Local *> split;
+
+// The real call that follows may wait for the other ranks: the watchdog names it if it does.
+int staged(int fn, Local *l, void **tok)
+{
+    NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
+    if ((l->watched = (l->how & NM_STAGE_WAITS) != 0)) nm_wd_begin(nm_fn_names[fn], stage_wait_reason);
+    *tok = l;
+    return NM_STAGE_STAGED;
+}
 
 void drop(Local *l)
 {
@@ -66,9 +77,7 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
         l->how = how;  // (finished by nm_stage_local_done now)
         sh[0] = l->sh;
         if (stp && *stp == MPI_STATUS_IGNORE) *stp = &l->status;
-        *tok = l;
-        NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
-        return NM_STAGE_STAGED;
+        return staged(fn, l, tok);
     }
     if (!cuda_attached() && !nm_linkmap_refresh()) return NM_STAGE_HOST;
     // b[0] is the descriptor's send side, b[1] its receive side (two buffers: SBUF, RBUF); one
@@ -123,16 +132,16 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
     for (int k = 0; k < nr; k++) sh[idx[k]] = r[k].is_recv ? l->o.rbuf : const_cast<void *>(l->o.sbuf);
     l->sh = sh[0];
     if (stp) *stp = l->o.status;
-    NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
     NM_TRACE(CALL, "MPI_%s -> staged (device buffers through host memory)", nm_fn_names[fn]);
-    *tok = l;
-    return NM_STAGE_STAGED;
+    return staged(fn, l, tok);
 }
 
 extern "C" int nm_stage_local_done(int fn, void *tok, int rc, MPI_Status *status, MPI_Request *req, MPI_File fh,
                                    MPI_Comm comm)
 {
     Local *l = static_cast<Local *>(tok);
+    if (l->watched) nm_wd_end();
+    l->watched = false;
     if (rc != MPI_SUCCESS) {  // the real MPI reported it; nothing was written
         drop(l);
         return rc;

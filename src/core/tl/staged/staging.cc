@@ -24,6 +24,8 @@
 
 namespace ncclmpi {
 
+const char stage_wait_reason[] = "in the real MPI, its device buffers staged through host memory";
+
 static std::mutex dev_mu;
 static std::map<int, Device *> devices;
 

@@ -20,6 +20,9 @@ struct Device {
 };
 Device *device_get(int ordinal);
 
+// Where a blocking staged call waits, for the watchdog's warning (util/watchdog.h).
+extern const char stage_wait_reason[];
+
 struct PullBatch;
 // The calling thread's copy streams and events on a device: staged calls of different threads
 // never share a stream (MPI_THREAD_MULTIPLE).
