@@ -45,7 +45,7 @@ static const char usage_text[] =
     "                   installation paths, configure flags (the default)\n"
     "  -f, --functions  the intercepted MPI functions\n"
     "  -p, --probe      run-time probe, loading what the library loads: the MPI library, libncclmpi,\n"
-    "                   hwloc, the CUDA driver, the GPUs (UUID, PCI bus id, NUMA node, CPUs), peer\n"
+    "                   hwloc, the CUDA driver, the GPUs (UUID, PCI bus id, NUMA node, CPUs, MPS), peer\n"
     "                   access between them, the NCCL library and its version against the headers\n"
     "  -c, --config     every NCCLMPI_* variable: type, default, accepted values, current value, meaning\n"
     "  -m, --markdown   the variables as Markdown (doc/config.md)\n"
@@ -176,6 +176,11 @@ static void print_functions(void)
         {"flush-only", "no buffer; launches queued device work, then the real MPI"},
         {"host-only", "no buffer; the real MPI (completion and lifecycle calls)"},
     };
+    /* columns as wide as the longest name and a space, as many as fit in 100 characters */
+    int width = 0;
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(coverage[i].name) + 1 > width) width = (int)strlen(coverage[i].name) + 1;
+    const int cols = width < 96 ? 96 / width : 1;
     char title[64];
     snprintf(title, sizeof(title), "Intercepted MPI functions (%d)", n);
     section(title);
@@ -186,11 +191,11 @@ static void print_functions(void)
         printf("  %s (%d): %s\n", kinds[k][0], count, kinds[k][1]);
         for (int i = 0; i < n; i++) {
             if (strcmp(coverage[i].what, kinds[k][0])) continue;
-            int last = col % 4 == 3;
-            printf("%s%-*s", col % 4 ? "" : "    ", last ? 0 : 24, coverage[i].name);
-            if (++col % 4 == 0) putchar('\n');
+            int last = col % cols == cols - 1;
+            printf("%s%-*s", col % cols ? "" : "    ", last ? 0 : width, coverage[i].name);
+            if (++col % cols == 0) putchar('\n');
         }
-        if (col % 4) putchar('\n');
+        if (col % cols) putchar('\n');
     }
 }
 
@@ -332,6 +337,15 @@ static void probe_gpus(const struct cu_api *cu, int n)
         fact(key, NULL, "  NUMA node", "%s", numa);
         snprintf(key, sizeof(key), "probe.gpu.%d.cpuset", i);
         fact(key, NULL, "  CPUs", "%s", cpus);
+        /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133; a driver that does not know it: unknown). Processes
+         * of this environment that share the GPU without MPS are time-sliced by it. */
+        int mps = -1;
+        if (!cu->DeviceGetAttribute || cu->DeviceGetAttribute(&mps, (CUdevice_attribute)133, dev[i]) != CUDA_SUCCESS) mps = -1;
+        snprintf(key, sizeof(key), "probe.gpu.%d.mps", i);
+        fact(key, mps < 0 ? "unknown" : mps ? "1" : "0", "  MPS", "%s",
+             mps < 0 ? "unknown (the driver does not say)"
+             : mps   ? "yes: processes that share this GPU run side by side"
+                     : "no: processes that share this GPU take turns in time slices (README, \"Ranks sharing a GPU\")");
     }
     if (n < 2) return;
     /* peer access: NVLink when the link carries every CUDA atomic natively, PCIe when not */

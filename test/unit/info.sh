@@ -51,7 +51,7 @@ if [ -e "$fake" ]; then
   for kv in probe.cuda.version:12.4 probe.gpu.count:3 'probe.gpu.1.name:Fake GPU 1' \
             probe.gpu.2.uuid:GPU-12121212-1212-1212-1212-121212121212 probe.gpu.0.pci_bus_id:0000:81:00.0 \
             probe.gpu.0.compute_capability:9.0 probe.p2p.0.1.link:nvlink probe.p2p.1.0.link:nvlink \
-            probe.p2p.0.2.link:pcie probe.p2p.1.2.link:none probe.p2p.0.1.perf_rank:0; do
+            probe.p2p.0.2.link:pcie probe.p2p.1.2.link:none probe.p2p.0.1.perf_rank:0 probe.gpu.0.mps:0; do
     grep -qx "$kv" "$out" || fail "stand-in driver: no line $kv"
   done
   grep -q '^probe.gpu.0.numa_node:' "$out" && grep -q '^probe.gpu.0.cpuset:' "$out" || fail "stand-in driver: no NUMA/CPUs"
