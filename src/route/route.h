@@ -130,7 +130,7 @@ const char *nm_env_vote_off(const long long mine[NM_ENV_VOTE_N], const long long
 /* ---- device point-to-point on GPUs that ranks share, without MPS ----
  * Without MPS a GPU runs one process's work at a time and switches between processes that both have
  * work queued in time slices: with two ranks on one H200, a device-to-device copy, a kernel or a
- * copy to the device of up to 16 KiB waited 0.15-0.28 ms for the other process's slice, where a
+ * copy to the device of up to 16 KiB waited 0.14-0.28 ms for the other process's slice, where a
  * copy to the host or a larger one to the device did not (performance.md, "Ranks sharing a GPU").
  * An envelope's payload is copied device to device twice (into the sender's pool, out of it), a
  * copy kernel's batch is a kernel: each may wait a slice, while staging copies to the host and
