@@ -62,7 +62,7 @@ static void report(const char *what, double us, double ref)
     if (rank) return;
     if (ref > 0) printf("%-44s %10.1f us   %5.2fx raw\n", what, us, us / ref);
     else printf("%-44s %10.1f us\n", what, us);
-    if (csv) fprintf(csv, "%s,%d,%d,%zu,%.3f,%.4f\n", what, size, K, bytes, us, ref > 0 ? us / ref : 0);
+    if (csv) fprintf(csv, "\"%s\",%d,%d,%zu,%.3f,%.4f\n", what, size, K, bytes, us, ref > 0 ? us / ref : 0);  /* (names hold commas) */
 }
 
 /* The floor under a blocking one-kernel call, timed call by call after a barrier (as coll_bench

@@ -153,4 +153,6 @@ np=$ngpu
   NCCLMPI_HOST_RANGES=0 LD_PRELOAD=$lib ./bench/classify_cost 1000000
 } > "$OUT/bench.txt" 2>&1
 python3 "$repo/bench/plot.py" "$OUT/bench.png" "$OUT"/bench_np*.csv >> "$OUT/bench.txt" 2>&1 || true
+{ echo "== the open performance targets (bench/targets.py)"
+  python3 "$repo/bench/targets.py" "$OUT/engine_np$np.csv" "$OUT/bench_np$np.csv" "$OUT/p2p_np$np.csv"; } >> "$OUT/bench.txt" 2>&1
 cat "$OUT/bench.txt"
