@@ -7,21 +7,10 @@
  *   the same six copies (local, and from the peer) by one launch of a copy kernel that gets
  *   its (dst, src, bytes) list in its parameters.
  * Driver API only (links libcuda); run it on a GPU machine: bench/driver_costs [KiB per copy, 128] */
-#include <cuda.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <time.h>
 
-#define CK(x)                                                      \
-    do {                                                           \
-        CUresult r_ = (x);                                         \
-        if (r_ != CUDA_SUCCESS) {                                  \
-            const char *s_ = "?";                                  \
-            cuGetErrorName(r_, &s_);                               \
-            fprintf(stderr, "driver_costs: %s: %s\n", #x, s_);     \
-            exit(1);                                               \
-        }                                                          \
-    } while (0)
+#define CK_PROG "driver_costs"
+#include "cu_check.h"
 
 enum { REP = 400, M = 6 };
 

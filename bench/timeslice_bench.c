@@ -11,23 +11,11 @@
  * device from pinned memory of 8, 16, 32 and 64 KiB; copies to pinned host memory of 8 and
  * 128 KiB; a 64-bit stream memory write into device memory; an event recorded and waited for.
  * Driver API only (links libcuda); every operation on the legacy default stream. */
-#include <cuda.h>
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "bench_util.h"
 
-#define CK(x)                                                       \
-    do {                                                            \
-        CUresult r_ = (x);                                          \
-        if (r_ != CUDA_SUCCESS) {                                   \
-            const char *s_ = "?";                                   \
-            cuGetErrorName(r_, &s_);                                \
-            fprintf(stderr, "timeslice_bench: %s: %s\n", #x, s_);   \
-            MPI_Abort(MPI_COMM_WORLD, 1);                           \
-        }                                                           \
-    } while (0)
+#define CK_PROG "timeslice_bench"
+#define CK_FAIL() MPI_Abort(MPI_COMM_WORLD, 1)
+#include "cu_check.h"
 
 enum { BIG = 128 << 10 };
 enum { OP_D2D, OP_IPC, OP_MEMSET, OP_H2D8, OP_H2D16, OP_H2D32, OP_H2D64, OP_D2H8, OP_D2H128, OP_WRITE, OP_EVENT, NOP };
@@ -40,18 +28,6 @@ static const char *const op_names[NOP] = {
 static CUdeviceptr dbuf, dbuf2, peer;
 static char *pinned;
 static CUevent ev;
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void run_op(int op, int it)
 {
@@ -81,12 +57,12 @@ static double time_op(int op, int rep, int together, int rank)
     for (int it = 0; it < rep + 5; it++) {  /* (5 warm-up runs) */
         MPI_Barrier(MPI_COMM_WORLD);
         if (!mine) continue;
-        const double t0 = now_us();
+        const double t0 = bench_now();
         run_op(op, it);
-        if (it >= 5) t[it - 5] = now_us() - t0;
+        if (it >= 5) t[it - 5] = 1e6 * (bench_now() - t0);
     }
     if (mine) {
-        qsort(t, (size_t)rep, sizeof(double), cmp);
+        qsort(t, (size_t)rep, sizeof(double), bench_cmp_double);
         med = t[rep / 2];
     }
     free(t);
