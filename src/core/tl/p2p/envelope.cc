@@ -36,8 +36,6 @@ namespace ncclmpi {
 namespace {
 
 bool device_mode = false;  // device sends go as envelopes (else host ones: the test mode)
-bool auto_mode = false;    // NCCLMPI_P2P_ENVELOPE=auto decided them on
-int world_size = 1;
 uint64_t nonce[2];
 int my_wrank = 0;
 MPI_Comm rel_comm = MPI_COMM_NULL;  // releases travel here (a duplicate of MPI_COMM_WORLD)
@@ -288,9 +286,7 @@ void env_init()
     if (!nm_env_active) return;
     const bool autom = !strcmp(nm_cfg.P2P_ENVELOPE, "auto");
     device_mode = autom || !strcmp(nm_cfg.P2P_ENVELOPE, "device");
-    auto_mode = autom;
     PMPI_Comm_rank(MPI_COMM_WORLD, &my_wrank);
-    PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
     // Decided by all ranks together, so that every rank decodes where any rank may send: every
     // rank on one node (the pull reads another process's memory); with auto also every one on a
     // machine with NVIDIA GPUs and with the same CUDA_VISIBLE_DEVICES (so a receiver sees the GPU
@@ -306,7 +302,7 @@ void env_init()
         NM_INFO(INIT, "point-to-point envelopes off: %s", off);
         nm_env_active = 0;
         nm_envelopes_configured = 0;  // (MPI_Init: no other thread calls MPI yet)
-        device_mode = auto_mode = false;
+        device_mode = false;
         return;
     }
     if (my_wrank == 0) {
@@ -331,11 +327,14 @@ static nm_p2p_limits_t limits_of_settings()
     return nm_p2p_limits_t{(size_t)nm_cfg.P2P_ENVELOPE_MIN, (size_t)nm_cfg.P2P_COPY_BATCH, 1};
 }
 
-// With auto, every rank is on this node and sees the same GPUs (env_init's vote), so ranks over
-// visible GPUs is the job's ranks per GPU on the node (were every rank to use one).
+// With auto (device envelopes on: every rank is on this node and sees the same GPUs, env_init's
+// vote), ranks over visible GPUs is the job's ranks per GPU on the node (were every rank to use
+// one); with device, the settings as they are.
 static nm_p2p_limits_t limits_of_node()
 {
-    int gpus = 0, mps = 0;
+    if (strcmp(nm_cfg.P2P_ENVELOPE, "auto")) return limits_of_settings();
+    int world_size = 1, gpus = 0, mps = 0;
+    PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
     CUdevice d0;
     if (cu.cuDeviceGetCount(&gpus) != CUDA_SUCCESS) gpus = 0;
     // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133): 1 where this process's contexts go through an MPS
@@ -355,7 +354,7 @@ static nm_p2p_limits_t limits_of_node()
 const nm_p2p_limits_t &env_limits()
 {
     static const nm_p2p_limits_t settings = limits_of_settings();
-    if (!device_mode || !auto_mode || !cuda_attached()) return settings;
+    if (!device_mode || !cuda_attached()) return settings;
     static const nm_p2p_limits_t node = limits_of_node();  // (thread-safe once)
     return node;
 }
