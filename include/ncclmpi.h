@@ -21,8 +21,10 @@ typedef enum {
     NCCLMPI_ROUTE_STAGED = 2, /* device buffers copied to host, the real MPI, copied back */
     NCCLMPI_ROUTE_ERROR = 3,  /* rejected with an MPI error */
     NCCLMPI_ROUTE_COUNT = 4,  /* the routes ncclmpi_stats_t.route holds (its layout is fixed) */
-    NCCLMPI_ROUTE_ONESHOT = 4 /* one kernel per rank over NVLink (small device reductions); read
-                                 with ncclmpi_get_route_calls */
+    NCCLMPI_ROUTE_ONESHOT = 4, /* one kernel per rank over NVLink (small device reductions); read
+                                  with ncclmpi_get_route_calls */
+    NCCLMPI_ROUTE_IPC = 5      /* one-sided calls on a window in device memory, through CUDA IPC;
+                                  read with ncclmpi_get_route_calls */
 } ncclmpi_route_t;
 
 typedef struct ncclmpi_stats {
@@ -40,7 +42,7 @@ const char *ncclmpi_version(void);
 int ncclmpi_get_stats(const char *mpi_function, ncclmpi_stats_t *stats);
 
 /* Calls of one intercepted function (named without prefix) that took `route`, any route including
- * NCCLMPI_ROUTE_ONESHOT. Returns 0, or -1 for an unknown name or route. */
+ * NCCLMPI_ROUTE_ONESHOT and NCCLMPI_ROUTE_IPC. Returns 0, or -1 for an unknown name or route. */
 int ncclmpi_get_route_calls(const char *mpi_function, int route, unsigned long long *calls);
 
 /* Print this process's per-function route table to stderr, in one write (what NCCLMPI_STATS=rank

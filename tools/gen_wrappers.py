@@ -17,11 +17,12 @@ import sys
 
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
-PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "STAGE", "PERSIST", "PROBE"}
+PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "STAGE", "PERSIST", "PROBE",
+         "RMA", "WIN"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
-DISP STR X""".split())
+DISP STR TRANK TCOUNT TTYPE ATTR X""".split())
 BUF_ROLES = ("SBUF", "RBUF", "BUF", "CBUF")
 
 
@@ -46,7 +47,7 @@ def read_rows(path):
                 if a["role"] not in ROLES:
                     sys.exit("gen_wrappers: %s: unknown role %s" % (name, a["role"]))
             roles = [a["role"] for a in args]
-            if path in ("REJECT", "STAGE") and not any(r in BUF_ROLES for r in roles):
+            if path in ("REJECT", "STAGE", "RMA") and not any(r in BUF_ROLES for r in roles):
                 sys.exit("gen_wrappers: %s: a %s row needs a buffer" % (name, path))
             if path == "STAGE" and sum(r in BUF_ROLES for r in roles) > 2:
                 sys.exit("gen_wrappers: %s: a STAGE row has at most two buffers" % name)
@@ -139,6 +140,41 @@ def reject_bufs(r, fortran):
         p = "nm_f2c_buf(%s)" % a["name"] if fortran else a["name"]
         out.append("{%s, %s, %s}" % (p, c, t))
     return out
+
+
+# RMA rows: one-sided data calls. Where the process has a window with device memory
+# (src/core/tl/rma/window.cc), the call is described (nm_rma_t) and the core takes it when its
+# target's window memory is on a GPU; otherwise it is a REJECT row.
+RMA_DESC = {"SBUF": "a.obuf = {n};", "SCOUNT": "a.ocount = {n};", "STYPE": "a.otype = {n};",
+            "RBUF": "a.rbuf = {n};", "RCOUNT": "a.rcount = {n};", "RTYPE": "a.rtype = {n};",
+            "DTYPE": "a.otype = a.rtype = a.ttype = {n};", "CBUF": "a.cbuf = {n};", "TRANK": "a.trank = {n};",
+            "DISP": "a.tdisp = {n};", "TCOUNT": "a.tcount = {n};", "TTYPE": "a.ttype = {n};", "OP": "a.op = {n};",
+            "WIN": "a.win = {n};", "REQ": "a.req = {n};"}
+
+
+def rma_prefix(r):
+    """The C RMA wrapper's first lines: the core takes the call where the target's window is
+    device memory."""
+    desc = " ".join(RMA_DESC[a["role"]].format(n=a["name"]) for a in r["args"] if a["role"] in RMA_DESC)
+    return ["if (NM_UNLIKELY(nm_win_state & NM_WIN_DEVICE)) {",
+            "    nm_rma_t a;",
+            "    nm_rma_init(&a, NM_FN_%s);" % r["name"],
+            "    " + desc,
+            "    int rc;",
+            "    if (nm_rma(&a, &rc)) return rc;",
+            "}"]
+
+
+# WIN rows: window creation and the synchronizations ncclmpi joins for windows with device memory.
+# The core's nm_win_<Name> (same arguments) makes the whole call, the real MPI's included, when
+# win_cond holds; otherwise the row behaves as the SYNC row it was (queued work launched first).
+def win_cond(r, fortran=False):
+    if r["name"] == "Win_create":
+        return "nm_win_state"
+    attr = first_roles(r).get("ATTR")
+    if fortran and attr:  # a predefined attribute's value, which the C call gives by reference
+        return "(nm_win_state & NM_WIN_DEVICE) && nm_win_attr_predefined(*%s)" % first_roles(r)["X"]
+    return "(nm_win_state & NM_WIN_DEVICE)"
 
 
 def reject_raise(r, fortran):
@@ -313,12 +349,13 @@ def c_wrapper(r, recv_kinds):
                 "    if (NM_LIKELY(nm_host_fast()%s)) return PMPI_%s(%s);" % (
                     " && !nm_envelopes_configured" if r["kind"] in recv_kinds else "", n, act),
                 "    return nm_slow_%s(%s);" % (n, act)]
-    elif p == "REJECT":
+    elif p in ("REJECT", "RMA"):
         # Buffers ncclmpi cannot run on device memory: the real MPI must never see a device
         # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
         # DATA path's: count, two loads, tail jump; the check lives in its own function.
         bufs = reject_bufs(r, False)
-        body = ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+        body = rma_prefix(r) if p == "RMA" else []
+        body += ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
                 "if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
         body += ["    " + s for s in reject_resets(r, False)]
         body += ["    return %s;" % reject_raise(r, False), "}"]
@@ -343,6 +380,12 @@ def c_wrapper(r, recv_kinds):
         blocking = "0" if r["flags"] == "NB" else "1"
         out = slow_split(n, f, act, fn, "nm_hot.slow",
                          ["nm_sync(%s, %s, %s);" % (fn, roles.get("COMM", "MPI_COMM_NULL"), blocking)])
+    elif p == "WIN":
+        # (a window in device memory sets nm_hot.slow: the other rows' fast path is SYNC's)
+        out = slow_split(n, f, act, fn, "nm_win_state" if n == "Win_create" else "nm_hot.slow",
+                         ["nm_trace_call(%s);" % fn,
+                          "if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                          "if (%s) return nm_win_%s(%s);" % (win_cond(r), n, act)])
     elif p == "PROGRESS":
         out = slow_split(n, f, act, fn, "nm_work_pending()", ["nm_progress_fn(%s);" % fn])
     elif p == "PERSIST":
@@ -410,7 +453,7 @@ def gen_c(rows, recv_kinds):
 # ---------------------------------------------------------------------------------------------
 # Fortran delegates
 # ---------------------------------------------------------------------------------------------
-HANDLE_F2C = {"MPI_Datatype": "PMPI_Type_f2c", "MPI_Op": "PMPI_Op_f2c", "MPI_Comm": "PMPI_Comm_f2c",
+HANDLE_F2C = {"MPI_Datatype": "PMPI_Type_f2c", "MPI_Op": "PMPI_Op_f2c", "MPI_Comm": "PMPI_Comm_f2c", "MPI_Win": "PMPI_Win_f2c",
               "MPI_Info": "PMPI_Info_f2c", "MPI_Group": "PMPI_Group_f2c",
               "MPI_Request": "PMPI_Request_f2c"}
 
@@ -445,8 +488,19 @@ def f_convert(r):
     roles = {a["role"]: a["name"] for a in r["args"]}
     for a in r["args"]:
         role, t, n = a["role"], a["ctype"], a["name"]
-        if role in ("SBUF", "RBUF", "BUF"):
+        if role in ("SBUF", "RBUF", "BUF", "CBUF"):
             acts.append("nm_f2c_buf(%s)" % n)
+        elif t in ("MPI_Aint", "MPI_Offset"):
+            acts.append("*" + n)
+        elif role == "ATTR":  # a window attribute's value: by reference in C, the value in Fortran
+            pre.append("void *c_%s = NULL;" % n)
+            acts.append("&c_" + n)
+            post.append("if (*ierr == MPI_SUCCESS && c_%s) *(MPI_Aint *)%s = nm_win_attr_f(*%s, c_%s);"
+                        % (roles["FLAG"], n, roles["X"], n))
+        elif t == "MPI_Win *":  # (WINOUT: out; Win_free: in and out)
+            pre.append("MPI_Win c_%s = %s;" % (n, "MPI_WIN_NULL" if role == "WINOUT" else "PMPI_Win_f2c(*%s)" % n))
+            acts.append("&c_" + n)
+            post.append("*%s = PMPI_Win_c2f(c_%s);" % (n, n))
         elif t in HANDLE_F2C:
             acts.append("%s(*%s)" % (HANDLE_F2C[t], n))
         elif t == "int":
@@ -513,6 +567,18 @@ def f_convert(r):
     return pre, acts, post
 
 
+def f_through_c(r, cond):
+    """Where cond holds, the Fortran call is the C call: its arguments converted, through the C
+    wrapper (RMA and WIN rows, where the core takes the call)."""
+    pre, acts, post = f_convert(r)
+    out = ["    if (NM_UNLIKELY(%s)) {" % cond,
+           "        NM_STAT_INC(nm_stats.fcalls_c[NM_FN_%s]);" % r["name"]]
+    out += ["        " + s for s in pre]
+    out += ["        *ierr = nm_impl_%s(%s);" % (r["name"], ", ".join(acts))]
+    out += ["        " + s for s in post]
+    return out + ["        return;", "    }"]
+
+
 def f_wrapper(r):
     n, low = r["name"], r["name"].lower()
     fa = f_args(r)
@@ -532,7 +598,12 @@ def f_wrapper(r):
         blocking = "0" if r["flags"] == "NB" else "1"
         out += ["    if (NM_UNLIKELY(nm_hot.slow)) nm_sync(%s, PMPI_Comm_f2c(*%s), %s);" % (fn, roles["COMM"], blocking),
                 "    " + forward]
-    elif p == "REJECT":
+    elif p == "WIN":
+        out += f_through_c(r, win_cond(r, True))
+        out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn, "    " + forward]
+    elif p in ("REJECT", "RMA"):
+        if p == "RMA":
+            out += f_through_c(r, "nm_win_state & NM_WIN_DEVICE")
         bufs = reject_bufs(r, True)
         out += ["    if (NM_UNLIKELY(!nm_host_fast())) {",
                 "        const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
@@ -632,6 +703,9 @@ COVERAGE_DOC = """\
 #   staged              device buffers are copied to host and back around the real MPI call
 #   staged              (persistent point-to-point: copied at each MPI_Start and completion)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
+#   device-window       one-sided data calls: a target window in device memory is read and
+#                       written through CUDA IPC (ranks on one node); device origin buffers with
+#                       a host-memory target window fail with MPI_ERR_BUFFER
 #   flush-only          no buffer: queued nonblocking device work is launched first (a blocking
 #                       collective or constructor may also make its communicator's pending NCCL
 #                       communicator), then the real MPI
@@ -658,11 +732,15 @@ def category(r, nccl):
     p = r["path"]
     if p == "REJECT":
         return "rejected-on-device"
+    if p == "RMA":
+        return "device-window"
     if p == "STAGE":
         return "staged"
     if p == "DATA":
         return "routed" if r["kind"] in nccl else "staged"
-    if p in ("PASS", "SYNC", "COMMNEW", "PROBE") or (p == "PERSIST" and r["kind"] != "TEST"):
+    if p == "WIN" and r["name"] == "Win_create":
+        return "device-window"
+    if p in ("PASS", "SYNC", "COMMNEW", "PROBE", "WIN") or (p == "PERSIST" and r["kind"] != "TEST"):
         return "flush-only"
     return "host-only"
 
@@ -691,9 +769,12 @@ def gen_h(rows, nccl):
 
 def gen_impl_h(rows):
     out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
-           "#ifndef NM_IMPL_H", "#define NM_IMPL_H", "#include <mpi.h>", ""]
+           "#ifndef NM_IMPL_H", "#define NM_IMPL_H", "#include <mpi.h>", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
     out += ["int nm_impl_%s(%s);" % (r["name"], formals(r)) for r in rows]
-    out += ["", "#endif", ""]
+    out += ["", "/* the core's window calls (src/core/tl/rma/window.cc): the whole call where the WIN row's"
+            " condition holds */"]
+    out += ["int nm_win_%s(%s);" % (r["name"], formals(r)) for r in rows if r["path"] == "WIN"]
+    out += ["", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(out)
 
 

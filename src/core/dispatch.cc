@@ -164,6 +164,7 @@ static void init_locked()
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
     check_settings_agree();
+    if (!nm_cfg.DISABLE) nm_win_state |= NM_WIN_ON;  // (the same on every rank: settings agree)
     env_init();
     NM_INFO(INIT, "ncclmpi %s: CUDA driver %s", ncclmpi_version(), cuda_attached() ? "attached" : "not in process");
 }

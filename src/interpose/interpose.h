@@ -95,6 +95,52 @@ int nm_reject_comm(int fn, MPI_Comm comm);
 int nm_reject_win(int fn, MPI_Win win);
 int nm_reject_file(int fn, MPI_File fh);
 
+/* RMA and WIN rows (src/core/tl/rma/window.cc): one-sided communication on windows with device
+ * memory. nm_win_state: NM_WIN_ON once ncclmpi is initialised (MPI_Win_create goes through the
+ * core), | NM_WIN_DEVICE once a window with device memory exists in the process (sticky). */
+enum { NM_WIN_ON = 1, NM_WIN_DEVICE = 2 };
+extern int nm_win_state;
+/* A one-sided data call: origin (obuf: Put/Accumulate/...; rbuf: a Get's origin, the result of
+ * the fetching calls), compare buffer, target; counts default to 1 (Fetch_and_op,
+ * Compare_and_swap: one element of their datatype) */
+typedef struct nm_rma {
+    int fn;
+    const void *obuf;
+    long long ocount;
+    MPI_Datatype otype;
+    void *rbuf;
+    long long rcount;
+    MPI_Datatype rtype;
+    const void *cbuf;
+    int trank;
+    MPI_Aint tdisp;
+    long long tcount;
+    MPI_Datatype ttype;
+    MPI_Op op;
+    MPI_Win win;
+    MPI_Request *req;
+} nm_rma_t;
+static inline void nm_rma_init(nm_rma_t *a, int fn)
+{
+    a->fn = fn;
+    a->obuf = a->rbuf = NULL;
+    a->cbuf = NULL;
+    a->ocount = a->rcount = a->tcount = 1;
+    a->otype = a->rtype = a->ttype = MPI_DATATYPE_NULL;
+    a->trank = MPI_PROC_NULL;
+    a->tdisp = 0;
+    a->op = MPI_OP_NULL;
+    a->win = MPI_WIN_NULL;
+    a->req = NULL;
+}
+/* 1 when the core made the call (its target's window memory is device memory; *rc its result),
+ * 0 when the wrapper goes on as a REJECT row */
+int nm_rma(const nm_rma_t *a, int *rc);
+/* Fortran's MPI_WIN_GET_ATTR: the predefined window attributes go through the C call; the value
+ * of one from the reference the C call gives */
+int nm_win_attr_predefined(int keyval);
+MPI_Aint nm_win_attr_f(int keyval, void *c_value);
+
 /* STAGE rows (src/core/tl/staged/local.cc): local calls (packing, MPI_Reduce_local, MPI-IO data
  * calls) whose device buffers go to the real MPI as host shadows. One buffer: as nm_rbuf_t, and
  * whether the call writes it (1: copied in and back; 0: only read, copied in). */

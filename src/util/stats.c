@@ -69,8 +69,8 @@ __attribute__((visibility("default"))) int ncclmpi_get_route_calls(const char *m
 /* ---- reports ------------------------------------------------------------------------------ */
 
 /* Columns of a table row: calls, fortran calls, then the routes. */
-enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_ONESHOT, C_STAGED, C_ERROR, NCOLS };
-static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "oneshot", "staged", "error"};
+enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_ONESHOT, C_IPC, C_STAGED, C_ERROR, NCOLS };
+static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "oneshot", "ipc", "staged", "error"};
 #define NROWS (NM_FN_COUNT + 1) /* the last row: all functions */
 
 static void local_counts(unsigned long long v[NROWS][NCOLS])
@@ -84,6 +84,7 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
         v[i][C_HOST] = s.route[NCCLMPI_ROUTE_HOST];
         v[i][C_NCCL] = s.route[NCCLMPI_ROUTE_NCCL];
         v[i][C_ONESHOT] = __atomic_load_n(&nm_stats.route[i][NCCLMPI_ROUTE_ONESHOT], __ATOMIC_RELAXED);
+        v[i][C_IPC] = __atomic_load_n(&nm_stats.route[i][NCCLMPI_ROUTE_IPC], __ATOMIC_RELAXED);
         v[i][C_STAGED] = s.route[NCCLMPI_ROUTE_STAGED];
         v[i][C_ERROR] = s.route[NCCLMPI_ROUTE_ERROR];
         for (int c = 0; c < NCOLS; c++) v[NM_FN_COUNT][c] += v[i][c];

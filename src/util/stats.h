@@ -9,7 +9,7 @@ extern "C" {
 #endif
 
 /* every route, the one-shot route (outside ncclmpi_stats_t's fixed array) included */
-#define NM_ROUTES (NCCLMPI_ROUTE_ONESHOT + 1)
+#define NM_ROUTES (NCCLMPI_ROUTE_IPC + 1)
 
 typedef struct nm_stats {
     uint64_t calls[NM_FN_COUNT];

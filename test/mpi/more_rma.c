@@ -32,6 +32,12 @@ static void t_fence(void)
     for (int i = 0; i < N; i++) base[i] = ival(R, i);
     MPI_Win win;
     if (!OK(Win_create, base, N * sizeof(int), sizeof(int), MPI_INFO_NULL, W, &win)) return;
+    void *abase = NULL;
+    MPI_Aint *asize = NULL;
+    int aflag = 0;
+    if (OK(Win_get_attr, win, MPI_WIN_BASE, &abase, &aflag)) CHECK(aflag && abase == base, "MPI_WIN_BASE of the window");
+    if (OK(Win_get_attr, win, MPI_WIN_SIZE, &asize, &aflag))
+        CHECK(aflag && asize && *asize == (MPI_Aint)(N * sizeof(int)), "MPI_WIN_SIZE of the window");
     OK(Win_fence, MPI_MODE_NOPRECEDE, win);
     int put[4], got[4], e[N];
     for (int i = 0; i < 4; i++) put[i] = aval(R, 0, i);

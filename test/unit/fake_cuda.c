@@ -4,15 +4,22 @@
  * - counting the host instructions ncclmpi spends on a device-buffer call
  *   (bench/device_overhead.sh): "device memory" is host memory the stand-in allocated and answers
  *   for in cuPointerGetAttributes; streams, events and copies complete at once, in the caller.
+ * - one-sided communication on windows in "device memory" (test/unit/rma_device.sh): with
+ *   FAKE_CUDA_IPC=1 in the environment, cuMemAlloc memory is shared (a memfd) and CUDA IPC opens
+ *   it in another process of the same user (through /proc/PID/fd), so copies through an opened
+ *   handle reach the other process's buffer.
  * Not a simulator of anything a GPU does: no test checks results against it.
  * Names go through cuda.h's macros (cuDeviceTotalMem -> cuDeviceTotalMem_v2), as the real driver
  * exports them. */
+#define _GNU_SOURCE /* memfd_create */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -53,7 +60,7 @@ EXPORT CUresult cuDeviceGetP2PAttribute(int *v, CUdevice_P2PAttribute attr, CUde
 EXPORT CUresult cuGetErrorString(CUresult r, const char **s) { (void)r; *s = "stand-in driver error"; return CUDA_SUCCESS; }
 
 enum { NALLOC = 4096 };
-static struct { uintptr_t p; size_t n; int host; } allocs[NALLOC];
+static struct { uintptr_t p; size_t n; int host, fd; } allocs[NALLOC];
 static int nused;  /* slots below it have been used */
 
 /* Memory of the stand-in is mapped, as the real driver's is: never in malloc's heap or on a stack,
@@ -64,7 +71,7 @@ static void *map_zeroed(size_t n)
     return p == MAP_FAILED ? NULL : p;
 }
 
-static CUresult track(void *p, size_t n, int host)
+static CUresult track_fd(void *p, size_t n, int host, int fd)
 {
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     for (int i = 0; i < NALLOC; i++)
@@ -72,18 +79,22 @@ static CUresult track(void *p, size_t n, int host)
             allocs[i].p = (uintptr_t)p;
             allocs[i].n = n ? n : 1;
             allocs[i].host = host;
+            allocs[i].fd = fd;
             if (i >= nused) nused = i + 1;
             return CUDA_SUCCESS;
         }
     munmap(p, n ? n : 1);
+    if (fd >= 0) close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
+static CUresult track(void *p, size_t n, int host) { return track_fd(p, n, host, -1); }
 static void untrack(uintptr_t p)
 {
     for (int i = 0; i < NALLOC; i++)
         if (allocs[i].p == p) {
             allocs[i].p = 0;
             munmap((void *)p, allocs[i].n);
+            if (allocs[i].fd >= 0) close(allocs[i].fd);
             return;
         }
 }
@@ -115,9 +126,29 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, v
 }
 EXPORT CUresult cuMemAlloc(CUdeviceptr *p, size_t n)
 {
+    const char *ipc = getenv("FAKE_CUDA_IPC");
+    if (ipc && *ipc == '1') {  /* shared, so that another process can open it (cuIpcOpenMemHandle) */
+        int fd = memfd_create("fake_cuda", 0);
+        void *q = fd >= 0 && ftruncate(fd, (off_t)(n ? n : 1)) == 0
+                      ? mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (q == MAP_FAILED) {
+            if (fd >= 0) close(fd);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *p = (CUdeviceptr)q;
+        return track_fd(q, n, 0, fd);
+    }
     void *q = map_zeroed(n);
     *p = (CUdeviceptr)q;
     return track(q, n, 0);
+}
+EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    int i = lookup((uintptr_t)p);
+    if (i < 0) return CUDA_ERROR_NOT_FOUND;
+    if (base) *base = (CUdeviceptr)allocs[i].p;
+    if (size) *size = allocs[i].n;
+    return CUDA_SUCCESS;
 }
 EXPORT CUresult cuMemFree(CUdeviceptr p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc(p, n); }
@@ -178,7 +209,8 @@ EXPORT CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr a, cuuint64_t v, un
     *(volatile cuuint64_t *)a = v;
     return CUDA_SUCCESS;
 }
-/* no kernels and no CUDA IPC: the one-shot path finds no window and stays off */
+/* no kernels (and CUDA IPC only with FAKE_CUDA_IPC=1): the one-shot path finds no window and
+ * stays off */
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)m; (void)image; return CUDA_ERROR_NOT_SUPPORTED; }
 EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { (void)f; (void)m; (void)name; return CUDA_ERROR_NOT_SUPPORTED; }
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -187,9 +219,42 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)s; (void)params; (void)extra;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
-EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { (void)h; (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
-EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags) { (void)p; (void)h; (void)flags; return CUDA_ERROR_NOT_SUPPORTED; }
-EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
+/* a handle: the allocating process, its memfd and the allocation's size */
+struct fake_ipc { int magic, pid, fd; size_t n; };
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    int i = lookup((uintptr_t)p);
+    if (i < 0 || allocs[i].host || allocs[i].fd < 0 || allocs[i].p != (uintptr_t)p) return CUDA_ERROR_NOT_SUPPORTED;
+    struct fake_ipc f = {0x1dc, (int)getpid(), allocs[i].fd, allocs[i].n};
+    memset(h, 0, sizeof(*h));
+    memcpy(h->reserved, &f, sizeof(f));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
+{
+    (void)flags;
+    struct fake_ipc f;
+    memcpy(&f, h.reserved, sizeof(f));
+    if (f.magic != 0x1dc) return CUDA_ERROR_INVALID_VALUE;
+    if (f.pid == (int)getpid()) return CUDA_ERROR_INVALID_CONTEXT;  /* as the real driver: not in the same process */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", f.pid, f.fd);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+    void *q = mmap(NULL, f.n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (q == MAP_FAILED) {
+        close(fd);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *p = (CUdeviceptr)q;
+    return track_fd(q, f.n, 0, fd);
+}
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    if (lookup((uintptr_t)p) < 0) return CUDA_ERROR_INVALID_VALUE;
+    untrack((uintptr_t)p);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)&event_token; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
 /* events recorded on the legacy stream (bench/device_overhead prints how many a call made) */

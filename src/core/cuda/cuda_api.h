@@ -19,7 +19,7 @@
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)        \
     X(cuDeviceGetAttribute) X(cuStreamWriteValue64)                                            \
     X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuIpcGetMemHandle)          \
-    X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
+    X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemGetAddressRange)
 
 namespace ncclmpi {
 
