@@ -12,7 +12,7 @@
 #   hazard  the hazard suite only
 #   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
 #           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
-#   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench, io_bench and classify_cost at
+#   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench, io_bench, rma_bench and classify_cost at
 #           one rank per GPU, timeslice_bench at two ranks per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
@@ -144,6 +144,9 @@ np=$ngpu
   timeout 150 $run -np "$np" ./bench/p2p_bench -b 8 -e 32M -f 4 -o "$OUT/p2p_np$np.csv" 2>&1
   echo "== io_bench np=$np (MPI-IO of device buffers, files in /tmp)"
   timeout 150 $run -np "$np" ./bench/io_bench -b 1M -e 256M -f 4 -n 7 -d /tmp -o "$OUT/io_np$np.csv" 2>&1
+  echo "== rma_bench np=$np (one-sided puts on device data: CUDA IPC vs copying by hand)"
+  # (Open MPI's osc/ucx component cannot make windows on these machines: MPI_ERR_WIN, with or without ncclmpi)
+  timeout 150 $run --mca osc ^ucx -np "$np" ./bench/rma_bench -b 8 -e 64M -f 8 -n 20 -o "$OUT/rma_np$np.csv" 2>&1
   echo "== timeslice_bench np=$((2 * np)) (two ranks per GPU: what sharing a GPU costs each operation)"
   timeout 100 mpirun --oversubscribe --bind-to none -np $((2 * np)) ./bench/timeslice_bench 200 2>&1
   echo "== classify cost (1 rank): without / with libncclmpi"

@@ -1,5 +1,6 @@
 // ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
-// mpi_api.def: one-sided data calls and windows, MPI_Buffer_attach). A non-CUDA-aware MPI handed a
+// mpi_api.def: MPI_Win_attach, MPI_Buffer_attach; the RMA rows' device origin buffers where the
+// window has no device memory: core/tl/rma/window.cc). A non-CUDA-aware MPI handed a
 // device pointer crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the
 // real MPI never sees the pointer. The generated wrappers call this only off the host fast path.
 #include <mpi.h>

@@ -330,19 +330,26 @@ static nm_p2p_limits_t limits_of_settings()
 // With auto (device envelopes on: every rank is on this node and sees the same GPUs, env_init's
 // vote), ranks over visible GPUs is the job's ranks per GPU on the node (were every rank to use
 // one); with device, the settings as they are.
+NodeGpus node_gpus()
+{
+    NodeGpus n{1, 0, 0};
+    PMPI_Comm_size(MPI_COMM_WORLD, &n.world_size);
+    CUdevice d0;
+    if (cu.cuDeviceGetCount(&n.gpus) != CUDA_SUCCESS) n.gpus = 0;
+    // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133): 1 where this process's contexts go through an MPS
+    // server; a driver that does not know it answers an error: no MPS
+    if (n.gpus <= 0 || cu.cuDeviceGet(&d0, 0) != CUDA_SUCCESS ||
+        cu.cuDeviceGetAttribute(&n.mps, (CUdevice_attribute)133, d0) != CUDA_SUCCESS)
+        n.mps = 0;
+    return n;
+}
+
 static nm_p2p_limits_t limits_of_node()
 {
     if (strcmp(nm_cfg.P2P_ENVELOPE, "auto")) return limits_of_settings();
-    int world_size = 1, gpus = 0, mps = 0;
-    PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    CUdevice d0;
-    if (cu.cuDeviceGetCount(&gpus) != CUDA_SUCCESS) gpus = 0;
-    // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133): 1 where this process's contexts go through an MPS
-    // server; a driver that does not know it answers an error: no MPS
-    if (gpus <= 0 || cu.cuDeviceGet(&d0, 0) != CUDA_SUCCESS ||
-        cu.cuDeviceGetAttribute(&mps, (CUdevice_attribute)133, d0) != CUDA_SUCCESS)
-        mps = 0;
-    const nm_p2p_limits_t l = nm_p2p_limits(world_size, gpus, mps, (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg_from_env("P2P_ENVELOPE_MIN"),
+    const NodeGpus n = node_gpus();
+    const int world_size = n.world_size, gpus = n.gpus;
+    const nm_p2p_limits_t l = nm_p2p_limits(world_size, gpus, n.mps, (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg_from_env("P2P_ENVELOPE_MIN"),
                                             (size_t)nm_cfg.P2P_COPY_BATCH, nm_cfg_from_env("P2P_COPY_BATCH"));
     if (l.ranks_per_gpu > 1)
         NM_INFO(P2P, "%d ranks share %d GPU(s) without MPS (up to %d per GPU, whose work the GPU time-slices): device "

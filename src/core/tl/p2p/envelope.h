@@ -81,6 +81,12 @@ int env_send_staged(nm_op_t *o, Stage *s, int *rc);
 // nm_p2p_limits). Decided at the first call with the driver loaded (a device send or copy);
 // before that, and without envelopes on GPUs, the settings.
 const nm_p2p_limits_t &env_limits();
+// The facts nm_p2p_limits decides from: the job's ranks, this node's GPUs, whether MPS serves
+// this process (one-sided copies use them too: core/tl/rma/window.cc).
+struct NodeGpus {
+    int world_size, gpus, mps;
+};
+NodeGpus node_gpus();
 // Send the queued envelopes and staged sends, in the order of their calls.
 void env_flush_sends();
 bool env_device();

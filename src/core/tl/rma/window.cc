@@ -42,6 +42,7 @@
 #include "core/dtype/dtype.h"
 #include "core/dtype/layout.h"
 #include "core/engine/task.h"
+#include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -309,6 +310,32 @@ bool fetches(int fn) { return fn == NM_FN_Get_accumulate || fn == NM_FN_Rget_acc
 bool is_get(int fn) { return fn == NM_FN_Get || fn == NM_FN_Rget; }
 bool is_put(int fn) { return fn == NM_FN_Put || fn == NM_FN_Rput; }
 
+// Where ranks share a GPU without MPS, a copy within the GPU waits for the other processes' time
+// slices (0.14-0.42 ms, route.h nm_p2p_limits); copies through host memory do not. Measured on
+// one H200 at 2 ranks: a put through host memory is faster up to about 5 MiB. So there, copies
+// between device buffers are direct from k x 2 MiB (k ranks per GPU).
+size_t direct_min()
+{
+    static const size_t min = [] {
+        const NodeGpus n = node_gpus();
+        const int k = nm_p2p_limits(n.world_size, n.gpus, n.mps, 0, 1, 0, 1).ranks_per_gpu;
+        return k > 1 ? (size_t)k * 2 * 1024 * 1024 : 0;
+    }();
+    return min;
+}
+
+// A contiguous device buffer and a contiguous target: one copy between them queued on the legacy
+// stream (true), else false (nothing queued: the copies go through pinned host memory).
+bool direct(const Side &o, const Target &t, bool put)
+{
+    const DtypeInfo *d = dtype_info(o.type);
+    if (!d || !d->contig || t.l.bytes < direct_min() || t.l.runs.size() != 1 || t.l.runs[0].count != 1 || t.l.runs[0].len != t.l.bytes ||
+        !side_is_device(o, d))
+        return false;
+    const CUdeviceptr at = (CUdeviceptr)((const char *)o.p + d->true_lb), there = t.at + t.l.runs[0].off;
+    return cu.cuMemcpyAsync(put ? there : at, put ? at : there, t.l.bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+}
+
 // An accumulating call on the target's elements, under the hidden window's exclusive lock.
 nm_status_t accumulate(Win *w, const nm_rma_t *a, const Target &t, std::string *why, int *cls)
 {
@@ -507,6 +534,9 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
             cls = MPI_ERR_TYPE;
             why = "origin and target data differ in size";
             st = NM_ERR_UNSUPPORTED;
+        } else if (t.l.bytes && direct(o, t, put)) {
+            st = sync_legacy();  // one copy between the GPUs (or within one)
+            if (st != NM_OK) why = "a copy through CUDA IPC failed";
         } else if (t.l.bytes) {
             Scratch s(t.l.bytes);
             if (!s.p) {
