@@ -3,8 +3,10 @@
  * doubles, Get_accumulate, Fetch_and_op and Compare_and_swap atomicity under passive target,
  * mutual exclusion of exclusive locks, post/start/complete/wait (and Win_test), derived datatypes
  * at origin and target, request-based calls, the window's attributes, a window with host memory
- * on rank 0 and device memory elsewhere, a zero-size window, and local reads of the own window
- * after MPI_Win_sync. Every value is checked against what MPI-3.1 (unified model) gives, computed
+ * on rank 0 and device memory elsewhere, a zero-size window, local reads of the own window
+ * after MPI_Win_sync, the unified memory model (a put under a lock is in the target's device
+ * memory after the unlock and a barrier, with no call at the target), MPI_PROC_NULL targets with
+ * device buffers, and (device builds) the IPC route counters. Every value is checked against what MPI-3.1 (unified model) gives, computed
  * here; outputs are poisoned first (0xA5 bytes), and what a call must not write keeps its bytes.
  *
  * Built three ways: -DNM_GPU_TEST (cudaMalloc memory), -DNM_STAND_IN_TEST (memory of the
@@ -194,7 +196,13 @@ static void t_fence(void)
     OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, w));
     OK(MPI_Put(hp, 4, MPI_INT, next, 0, 4, MPI_INT, w));
     OK(MPI_Put(dp, 4, MPI_INT, next, 4, 4, MPI_INT, w));
+    /* MPI_PROC_NULL: nothing moves, the device buffers included */
+    OK(MPI_Put(dp, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, w));
+    OK(MPI_Get(dg, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, w));
     OK(MPI_Win_fence(0, w));
+    from_dev(got, dg, 4 * sizeof(int));
+    for (int i = 0; i < 4; i++) want[i] = POISON;
+    eq_ints(got, want, 4, "device buffer of a Get from MPI_PROC_NULL");
     from_dev(got, win_mem, N * sizeof(int));
     for (int i = 0; i < N; i++) want[i] = i < 4 ? aval(prev, 1, i) : i < 8 ? aval(prev, 2, i - 4) : ival(rank, i);
     eq_ints(got, want, N, "own window after Puts from prev");
@@ -663,6 +671,32 @@ out:
     dev_free(win_mem);
 }
 
+/* 13. the unified memory model: a put under a lock is in the target's device memory once the
+ * origin's unlock returns, with no call on the window at the target (a barrier orders it) */
+static void t_unified(void)
+{
+    enum { N = 4 };
+    tcase = "unified model";
+    int init[N], pv[N], got[N], want[N];
+    for (int i = 0; i < N; i++) init[i] = ival(rank, i), pv[i] = aval(rank, 14, i);
+    void *win_mem = dev_ints(init, N), *dp = dev_ints(pv, N);
+    MPI_Win w = mkwin(win_mem, N * sizeof(int), sizeof(int));
+    if (w == MPI_WIN_NULL) goto out;
+    int *model = NULL, flag = 0;
+    if (OK(MPI_Win_get_attr(w, MPI_WIN_MODEL, &model, &flag))) EQ(flag && model && *model == MPI_WIN_UNIFIED, 1, "MPI_WIN_MODEL is MPI_WIN_UNIFIED");
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next, 0, w));
+    OK(MPI_Put(dp, N, MPI_INT, next, 0, N, MPI_INT, w));
+    OK(MPI_Win_unlock(next, w));
+    OK(MPI_Barrier(W));
+    from_dev(got, win_mem, sizeof(got));
+    for (int i = 0; i < N; i++) want[i] = aval(prev, 14, i);
+    eq_ints(got, want, N, "own device memory after prev's put, unlock and a barrier");
+    OK(MPI_Barrier(W));
+    freewin(&w);
+out:
+    dev_free(win_mem), dev_free(dp);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -699,6 +733,7 @@ int main(int argc, char **argv)
     t_mixed();
     t_zero_size();
     t_lock_self();
+    t_unified();
 #ifndef NM_HOST_REF
     /* the calls on windows in device memory went through CUDA IPC; the mixed window's device
      * origin buffers with rank 0's host window, staged */

@@ -410,6 +410,8 @@ int completed_request(MPI_Request *req)
     return rc == MPI_SUCCESS ? PMPI_Grequest_complete(*req) : rc;
 }
 
+int real_call(const nm_rma_t *a, const void *o, void *res, const void *cmp);
+
 // A call whose target's window is host memory: the real MPI makes it, on host shadows of the
 // device buffers (nm_stage_local: copied in after the application's work on the legacy stream).
 // A request-based call's results come back when its request completes; the others' when a
@@ -441,10 +443,24 @@ int staged_call(Win *w, const nm_rma_t *a, int *rc)
     const int e = nm_stage_local(fn, b, n, 0, MPI_FILE_NULL, w->comm, sh, &tok, nullptr, rc);
     if (e == NM_STAGE_FAILED) return 1;
     if (e == NM_STAGE_HOST && aux.empty()) return 0;
-    void *o = sh[0], *res = sh[n - 1];
+    MPI_Request *q = a->req;
+    const int r = real_call(a, sh[0], sh[n - 1], cmp);
+    if (q || r != MPI_SUCCESS) {  // a request's task copies back at its completion; a failure drops the shadows
+        *rc = tok ? nm_stage_local_done(fn, tok, r, nullptr, q, MPI_FILE_NULL, w->comm) : r;
+        return 1;
+    }
+    std::lock_guard<std::mutex> g(w->mu);
+    w->deferred.push_back(Win::Deferred{tok, fn, a->trank, std::move(aux)});
+    *rc = r;
+    return 1;
+}
+
+// The real MPI's call of a, on origin o, result res and compare value cmp.
+int real_call(const nm_rma_t *a, const void *o, void *res, const void *cmp)
+{
     MPI_Request *q = a->req;
     int r;
-    switch (fn) {
+    switch (a->fn) {
     case NM_FN_Put: r = PMPI_Put(o, (int)a->ocount, a->otype, a->trank, a->tdisp, (int)a->tcount, a->ttype, a->win); break;
     case NM_FN_Rput: r = PMPI_Rput(o, (int)a->ocount, a->otype, a->trank, a->tdisp, (int)a->tcount, a->ttype, a->win, q); break;
     case NM_FN_Get: r = PMPI_Get(res, (int)a->rcount, a->rtype, a->trank, a->tdisp, (int)a->tcount, a->ttype, a->win); break;
@@ -466,14 +482,7 @@ int staged_call(Win *w, const nm_rma_t *a, int *rc)
     case NM_FN_Fetch_and_op: r = PMPI_Fetch_and_op(o, res, a->otype, a->trank, a->tdisp, a->op, a->win); break;
     default: r = PMPI_Compare_and_swap(o, cmp, res, a->otype, a->trank, a->tdisp, a->win); break;
     }
-    if (q || r != MPI_SUCCESS) {  // a request's task copies back at its completion; a failure drops the shadows
-        *rc = tok ? nm_stage_local_done(fn, tok, r, nullptr, q, MPI_FILE_NULL, w->comm) : r;
-        return 1;
-    }
-    std::lock_guard<std::mutex> g(w->mu);
-    w->deferred.push_back(Win::Deferred{tok, fn, a->trank, std::move(aux)});
-    *rc = r;
-    return 1;
+    return r;
 }
 
 // After a synchronization that completed this rank's calls on `target` (-1: on every target):
@@ -507,6 +516,10 @@ using namespace ncclmpi;
 extern "C" int nm_rma(const nm_rma_t *a, int *rc)
 {
     Win *w = find(a->win);
+    if (w && a->trank == MPI_PROC_NULL) {  // no data moves: the real MPI's call, device pointers and all
+        *rc = real_call(a, a->obuf, a->rbuf, a->cbuf);
+        return 1;
+    }
     if (!w || a->trank < 0 || a->trank >= w->n) return 0;  // the real MPI's (or its error)
     if (!w->peer[a->trank].device) return staged_call(w, a, rc);
     nm_trace_call(a->fn);
