@@ -173,6 +173,7 @@ static void print_functions(void)
         {"routed", "device buffers on NCCL (staged where NCCL cannot)"},
         {"staged", "device buffers through host copies and the real MPI"},
         {"rejected-on-device", "device buffers refused with MPI_ERR_BUFFER, never passed to the real MPI"},
+        {"device-window", "one-sided: windows in device memory through CUDA IPC (one node), device origins staged"},
         {"flush-only", "no buffer; launches queued device work, then the real MPI"},
         {"host-only", "no buffer; the real MPI (completion and lifecycle calls)"},
     };

@@ -697,6 +697,63 @@ out:
     dev_free(win_mem), dev_free(dp);
 }
 
+#ifdef NM_TEST_FORTRAN
+/* 14. the Fortran entry points (ncclmpi's, found by name; the program links Open MPI's Fortran
+ * library): a window in device memory made, queried (MPI_WIN_GET_ATTR gives values, not
+ * references), put into through a fence and freed from Fortran */
+typedef void (*f_win_create_t)(void *, MPI_Aint *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_win_get_attr_t)(MPI_Fint *, MPI_Fint *, MPI_Aint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_put_t)(void *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Aint *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_win_fence_t)(MPI_Fint *, MPI_Fint *, MPI_Fint *);
+typedef void (*f_win_free_t)(MPI_Fint *, MPI_Fint *);
+static void *fsym(const char *name)
+{
+    void *f = dlsym(RTLD_DEFAULT, name);
+    EQ(f != NULL, 1, "Fortran entry point %s found", name);
+    return f;
+}
+static void t_fortran(void)
+{
+    enum { N = 4 };
+    tcase = "fortran";
+    f_win_create_t wc = (f_win_create_t)fsym("mpi_win_create_");
+    f_win_get_attr_t ga = (f_win_get_attr_t)fsym("mpi_win_get_attr_");
+    f_put_t put = (f_put_t)fsym("mpi_put_");
+    f_win_fence_t fence = (f_win_fence_t)fsym("mpi_win_fence_");
+    f_win_free_t wf = (f_win_free_t)fsym("mpi_win_free_");
+    if (!wc || !ga || !put || !fence || !wf) return;
+    int init[N], pv[N], got[N], want[N];
+    for (int i = 0; i < N; i++) init[i] = ival(rank, i), pv[i] = aval(rank, 15, i);
+    void *win_mem = dev_ints(init, N), *dp = dev_ints(pv, N);
+    MPI_Aint bytes = N * sizeof(int), v = 0, tdisp = 0;
+    MPI_Fint du = sizeof(int), info = MPI_Info_c2f(MPI_INFO_NULL), comm = MPI_Comm_c2f(W), fw = 0, ierr = -1, flag = 0;
+    MPI_Fint key, n = N, ty = MPI_Type_c2f(MPI_INT), target = next, zero = 0;
+    wc(win_mem, &bytes, &du, &info, &comm, &fw, &ierr);
+    EQ(ierr, MPI_SUCCESS, "mpi_win_create_ on device memory");
+    if (ierr != MPI_SUCCESS) goto out;
+    key = MPI_WIN_BASE;
+    ga(&fw, &key, &v, &flag, &ierr);
+    EQ(ierr == MPI_SUCCESS && flag && v == (MPI_Aint)(uintptr_t)win_mem, 1, "MPI_WIN_GET_ATTR(MPI_WIN_BASE) is the device base");
+    key = MPI_WIN_SIZE;
+    ga(&fw, &key, &v, &flag, &ierr);
+    EQ(ierr == MPI_SUCCESS && flag ? (long long)v : -1, (long long)bytes, "MPI_WIN_GET_ATTR(MPI_WIN_SIZE)");
+    key = MPI_WIN_DISP_UNIT;
+    ga(&fw, &key, &v, &flag, &ierr);
+    EQ(ierr == MPI_SUCCESS && flag ? (long long)v : -1, (long long)sizeof(int), "MPI_WIN_GET_ATTR(MPI_WIN_DISP_UNIT)");
+    fence(&zero, &fw, &ierr);
+    put(dp, &n, &ty, &target, &tdisp, &n, &ty, &fw, &ierr);
+    EQ(ierr, MPI_SUCCESS, "mpi_put_ of device memory into next's device window");
+    fence(&zero, &fw, &ierr);
+    from_dev(got, win_mem, sizeof(got));
+    for (int i = 0; i < N; i++) want[i] = aval(prev, 15, i);
+    eq_ints(got, want, N, "own window after prev's Fortran put");
+    wf(&fw, &ierr);
+    EQ(ierr == MPI_SUCCESS && fw == MPI_Win_c2f(MPI_WIN_NULL), 1, "mpi_win_free_ sets MPI_WIN_NULL");
+out:
+    dev_free(win_mem), dev_free(dp);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -734,6 +791,9 @@ int main(int argc, char **argv)
     t_zero_size();
     t_lock_self();
     t_unified();
+#ifdef NM_TEST_FORTRAN
+    t_fortran();
+#endif
 #ifndef NM_HOST_REF
     /* the calls on windows in device memory went through CUDA IPC; the mixed window's device
      * origin buffers with rank 0's host window, staged */

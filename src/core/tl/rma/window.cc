@@ -175,9 +175,13 @@ void track(Win *w)
 
 void release(Win *w)
 {
-    DeviceGuard g(w->ctx);
-    for (Peer &p : w->peer)
-        if (p.mapped) map_close(p.mapped);
+    bool mapped = false;
+    for (const Peer &p : w->peer) mapped |= p.mapped != 0;
+    if (mapped) {  // (only then is the driver surely there)
+        DeviceGuard g(w->ctx);
+        for (Peer &p : w->peer)
+            if (p.mapped) map_close(p.mapped);
+    }
     delete w;
 }
 
