@@ -36,8 +36,8 @@ static int check(const int *v, int size, const char *what, int rank)
 int main(int argc, char **argv)
 {
     const double delay = argc > 1 ? atof(argv[1]) : 2.5;
-    CUdeviceptr bufs[2];
-    if (!stand_in_driver("watchdog_prog", 2, N * sizeof(int), bufs)) return 2;
+    CUdeviceptr bufs[3];
+    if (!stand_in_driver("watchdog_prog", 3, N * sizeof(int), bufs)) return 2;
     const CUdeviceptr a = bufs[0], b = bufs[1];
     /* the stand-in's device memory is host memory: written and read directly */
     int *in = (int *)a, *out = (int *)b;
@@ -95,6 +95,39 @@ int main(int argc, char **argv)
                 break;
             }
         MPI_File_close(&fh);
+    }
+    /* one-sided on device memory (the stand-in's CUDA IPC, FAKE_CUDA_IPC=1): rank 0 exposes its
+     * window to rank 1 late, so rank 1 waits in MPI_Win_start for the post; rank 1's put from
+     * device memory must be in rank 0's window after MPI_Win_wait */
+    int *wmem = (int *)bufs[2];
+    for (int i = 0; i < N; i++) wmem[i] = -1;
+    MPI_Win win;
+    MPI_Group wg, peer;
+    const int other = 1 - rank;
+    if (size == 2 && MPI_Win_create(wmem, N * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS) {
+        MPI_Win_get_group(win, &wg);
+        MPI_Group_incl(wg, 1, &other, &peer);
+        if (rank == 0) {
+            usleep((useconds_t)(delay * 1e6));
+            MPI_Win_post(peer, 0, win);
+            MPI_Win_wait(win);
+            for (int i = 0; i < N; i++)
+                if (wmem[i] != 1 + i) {
+                    fprintf(stderr, "watchdog_prog: rank 0: window element %d = %d, want %d\n", i, wmem[i], 1 + i);
+                    bad = 1;
+                    break;
+                }
+        } else {
+            MPI_Win_start(peer, 0, win);
+            MPI_Put(in, N, MPI_INT, 0, 0, N, MPI_INT, win);
+            MPI_Win_complete(win);
+        }
+        MPI_Group_free(&peer);
+        MPI_Group_free(&wg);
+        MPI_Win_free(&win);
+    } else if (size == 2) {
+        fprintf(stderr, "watchdog_prog: rank %d: MPI_Win_create on device memory failed\n", rank);
+        bad = 1;
     }
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
