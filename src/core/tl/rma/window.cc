@@ -104,6 +104,11 @@ struct Win {
         std::vector<char> aux;  // Compare_and_swap's compare value from device memory
     };
     std::vector<Deferred> deferred;
+
+    Win(int rank_, int n_, void *base_, MPI_Aint size_)
+        : rank(rank_), n(n_), base(base_), size(size_), peer((size_t)n_), forced((size_t)n_, 0)
+    {
+    }
 };
 
 std::mutex wins_mu;
@@ -621,26 +626,14 @@ extern "C" int nm_win_Win_create(void *base, MPI_Aint size, int disp_unit, MPI_I
     if (!any) {  // host memory on every rank: the real MPI's window, and device origin buffers staged
         rc = PMPI_Win_create(base, size, disp_unit, info, comm, win);
         if (rc == MPI_SUCCESS && cuda_attached()) {  // (this rank's own affair: nothing collective)
-            Win *w = new Win;
+            Win *w = new Win(me, n, base, size);
             w->win = *win;
-            w->rank = me;
-            w->n = n;
-            w->base = base;
-            w->size = size;
-            w->peer.resize((size_t)n);
-            w->forced.assign((size_t)n, 0);
             track(w);
         }
         return rc;
     }
 
-    Win *w = new Win;
-    w->rank = me;
-    w->n = n;
-    w->base = base;
-    w->size = size;
-    w->peer.resize((size_t)n);
-    w->forced.assign((size_t)n, 0);
+    Win *w = new Win(me, n, base, size);
     int ok = mine.ok;
     for (int q = 0; q < n && ok; q++) {
         if (!all[q].ok) {
