@@ -754,6 +754,47 @@ out:
 }
 #endif
 
+/* RMA_DEVICE_HOSTRANK=1: the last rank never touches CUDA itself (no device chosen, nothing
+ * allocated): its window is host memory, and it puts from host memory into its neighbour's
+ * device window and fetch-and-adds on rank 0's; the others use device memory */
+static void t_hostrank(int host)
+{
+    enum { N = 4 };
+    tcase = "a rank without CUDA";
+    int init[N], pv[N], got[N], want[N], one = 1, res = -1, *all = malloc(sizeof(int) * size);
+    for (int i = 0; i < N; i++) init[i] = ival(rank, i), pv[i] = aval(rank, 16, i);
+    void *win_mem = host ? malloc(sizeof(init)) : dev_ints(init, N), *src = host ? (void *)pv : dev_ints(pv, N);
+    void *dres = host ? (void *)&res : dev_poisoned(sizeof(int)), *done = host ? (void *)&one : dev_ints(&one, 1);
+    if (host) memcpy(win_mem, init, sizeof(init));
+    MPI_Win w = mkwin(win_mem, N * sizeof(int), sizeof(int));
+    if (w == MPI_WIN_NULL) goto out;
+    OK(MPI_Win_fence(0, w));
+    OK(MPI_Put(src, N, MPI_INT, next, 0, N, MPI_INT, w));
+    OK(MPI_Win_fence(0, w));
+    if (host) memcpy(got, win_mem, sizeof(got));
+    else from_dev(got, win_mem, sizeof(got));
+    for (int i = 0; i < N; i++) want[i] = aval(prev, 16, i);
+    eq_ints(got, want, N, host ? "own host window after prev's put from device memory" : "own device window after prev's put");
+    OK(MPI_Barrier(W)); /* (everyone has read its window) */
+    /* every rank adds 1 to element 1 of rank 0's window: each fetches a different old value */
+    OK(MPI_Win_lock_all(0, w));
+    OK(MPI_Fetch_and_op(done, dres, MPI_INT, 0, 1, MPI_SUM, w));
+    OK(MPI_Win_unlock_all(w));
+    if (!host) from_dev(&res, dres, sizeof(int));
+    OK(MPI_Allgather(&res, 1, MPI_INT, all, 1, MPI_INT, W));
+    for (int v = 0; v < size; v++) {
+        int n = 0;
+        for (int r = 0; r < size; r++) n += all[r] == aval(size - 1, 16, 1) + v;
+        EQ(n, 1, "fetched old value %d (prev's put plus %d), times", aval(size - 1, 16, 1) + v, v);
+    }
+    OK(MPI_Barrier(W));
+    freewin(&w);
+out:
+    if (host) free(win_mem);
+    else dev_free(win_mem), dev_free(src), dev_free(dres), dev_free(done);
+    free(all);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -761,9 +802,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(W, &size);
     next = (rank + 1) % size, prev = (rank + size - 1) % size;
     memset(&POISON, 0xA5, sizeof(POISON));
+    const char *hr = getenv("RMA_DEVICE_HOSTRANK");
+    const int hostmode = hr && *hr == '1' && size > 1, host = hostmode && rank == size - 1;
 #ifndef NM_HOST_REF
     int lib = dlsym(RTLD_DEFAULT, "ncclmpi_get_stats") != NULL;
-    if (!lib || !dev_init(rank)) {
+    if (!lib || (!host && !dev_init(rank))) {
         if (rank == 0) printf("rma_device: skipped (%s)\n", lib ? "no GPU" : "ncclmpi not loaded");
         MPI_Finalize();
         return 77;
@@ -778,6 +821,10 @@ int main(int argc, char **argv)
     }
     tcase = "setup";
     OK(MPI_Comm_set_errhandler(W, MPI_ERRORS_RETURN));
+    if (hostmode) {
+        t_hostrank(host);
+        goto end;
+    }
     t_fence();
     t_accumulate();
     t_fetch_and_op();
@@ -814,6 +861,7 @@ int main(int argc, char **argv)
         EQ(c > 0, 1, "MPI_Accumulate calls staged (device origin, host window): %llu", c);
     }
 #endif
+end:;
     int all = 0;
     long total = 0;
     tcase = "end";
