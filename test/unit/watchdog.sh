@@ -4,8 +4,8 @@
 # device collectives are staged through the real MPI); rank 1 joins two calls 2.5 s late, rank 0 a third
 # (test/unit/watchdog_prog.c). With NCCLMPI_WARN_AFTER=1, rank 0 must warn once about the
 # blocking MPI_Allreduce waiting in the real MPI and once about the MPI_Wait, rank 1 once about the
-# staged MPI_File_write_ordered it waits in for rank 0 and once about its MPI_Win_start waiting for
-# rank 0's late MPI_Win_post on a window in device memory; with
+# staged MPI_File_write_ordered it waits in for rank 0 and once about its MPI_Put (the first of its
+# access epoch) waiting for rank 0's late MPI_Win_post on a window in device memory; with
 # NCCLMPI_WARN_AFTER=0 nobody warns; with NCCLMPI_AGREE=1 the MPI_Allreduce waits (and is named)
 # in its route vote. The results are checked in these runs. Then rank 1 is killed
 # before the MPI_Allreduce (Open MPI's --enable-recovery keeps rank 0 running, waiting for good):
@@ -28,8 +28,8 @@ grep -q '^\[ncclmpi r0\] WARN CALL MPI_Wait has waited [0-9]* s for its requests
 grep -q '^\[ncclmpi r1\] WARN CALL MPI_File_write_ordered has waited [0-9]* s in the real MPI, its device buffers staged' "$d/err" ||
   fail "rank 1 did not warn about its MPI_File_write_ordered"
 [ "$w0" -eq 2 ] || fail "rank 0 warned $w0 times (expected 2)"
-grep -q '^\[ncclmpi r1\] WARN CALL MPI_Win_start has waited [0-9]* s for the matching MPI_Win_post' "$d/err" ||
-  fail "rank 1 did not warn about its MPI_Win_start"
+grep -q '^\[ncclmpi r1\] WARN CALL MPI_Put has waited [0-9]* s for the matching MPI_Win_post' "$d/err" ||
+  fail "rank 1 did not warn about its MPI_Put waiting for the post"
 [ "$w1" -eq 2 ] || fail "rank 1 warned $w1 times (expected 2, about the file write and the access epoch)"
 
 NCCLMPI_WARN_AFTER=0 "$b/test/run_mpi.sh" 2 preload "$prog" 1.5 >"$d/out" 2>"$d/err" || fail "the run without warnings failed"

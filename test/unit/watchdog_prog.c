@@ -97,7 +97,7 @@ int main(int argc, char **argv)
         MPI_File_close(&fh);
     }
     /* one-sided on device memory (the stand-in's CUDA IPC, FAKE_CUDA_IPC=1): rank 0 exposes its
-     * window to rank 1 late, so rank 1 waits in MPI_Win_start for the post; rank 1's put from
+     * window to rank 1 late, so rank 1's put waits for the post; rank 1's put from
      * device memory must be in rank 0's window after MPI_Win_wait */
     int *wmem = (int *)bufs[2];
     for (int i = 0; i < N; i++) wmem[i] = -1;

@@ -22,8 +22,8 @@
 //   - Synchronization stays the real MPI's (on the placeholder window), with what direct copies
 //     need on top: a fence ends with a barrier (a rank's copies in the next epoch must not reach
 //     a target still in the previous one); MPI_Win_post tells each origin with a zero-byte
-//     message, for which MPI_Win_start waits (MPI allows start to block until the matching
-//     posts); a lock is acquired before the first copy (a one-byte get through the real MPI,
+//     message, for which the origin's first copy to that target (or its MPI_Win_complete)
+//     waits; a lock is acquired before the first copy (a one-byte get through the real MPI,
 //     then a flush: the real MPI may acquire locks lazily); the application's work on the legacy
 //     stream finishes before a fence or a post exposes the window.
 //   - MPI_Win_get_attr answers the device base and size for such a window.
@@ -95,6 +95,7 @@ struct Win {
     std::mutex mu;  // lock_all / forced / posts (threads)
     bool lock_all = false, lock_all_nocheck = false;
     std::vector<char> forced;  // lock_all: the target's lock is known to be held
+    std::vector<char> awaiting;  // an access epoch: the target's post notice not received yet
     std::vector<MPI_Request> posts;
     // calls on targets whose window is host memory, with device buffers staged through host
     // shadows: copied back (results) and released when a synchronization completes them
@@ -106,7 +107,7 @@ struct Win {
     std::vector<Deferred> deferred;
 
     Win(int rank_, int n_, void *base_, MPI_Aint size_)
-        : rank(rank_), n(n_), base(base_), size(size_), peer((size_t)n_), forced((size_t)n_, 0)
+        : rank(rank_), n(n_), base(base_), size(size_), peer((size_t)n_), forced((size_t)n_, 0), awaiting((size_t)n_, 0)
     {
     }
 };
@@ -419,6 +420,19 @@ int completed_request(MPI_Request *req)
     return rc == MPI_SUCCESS ? PMPI_Grequest_complete(*req) : rc;
 }
 
+// In an access epoch (MPI_Win_start), the first copy to a target whose window is device memory
+// waits for the target's MPI_Win_post: its zero-byte notice (MPI_Win_complete takes those still
+// due). Held under the window's lock, so that a second thread's copy waits too.
+int await_post(Win *w, int t, const char *call)
+{
+    std::lock_guard<std::mutex> g(w->mu);
+    if (!w->awaiting[t]) return MPI_SUCCESS;
+    WaitWatch ww(call, "for the matching MPI_Win_post of a target whose window is device memory");
+    const int rc = PMPI_Recv(nullptr, 0, MPI_BYTE, t, TAG_POST, w->comm, MPI_STATUS_IGNORE);
+    w->awaiting[t] = 0;
+    return rc;
+}
+
 int real_call(const nm_rma_t *a, const void *o, void *res, const void *cmp);
 
 // A call whose target's window is host memory: the real MPI makes it, on host shadows of the
@@ -538,6 +552,10 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
     Target t;
     if (!(why = target_of(w, a, &t, &cls)).empty()) {
         *rc = raise(a->fn, cls, why, a->win);
+        return 1;
+    }
+    if (await_post(w, a->trank, nm_fn_names[a->fn]) != MPI_SUCCESS) {
+        *rc = raise(a->fn, MPI_ERR_OTHER, "the real MPI failed the wait for the target's MPI_Win_post", a->win);
         return 1;
     }
     DeviceGuard g(w->ctx);
@@ -775,10 +793,9 @@ extern "C" int nm_win_Win_start(MPI_Group group, int assert_, MPI_Win win)
     if (!w) return PMPI_Win_start(group, assert_, win);
     int rc = PMPI_Win_start(group, assert_, win);
     if (rc != MPI_SUCCESS || !w->device) return rc;
-    WaitWatch ww("Win_start", "for the matching MPI_Win_post of a target whose window is device memory");
+    std::lock_guard<std::mutex> g(w->mu);  // (the first copy to each waits for its post)
     for (int r : ranks_of(w, group))
-        if (r != MPI_UNDEFINED && w->peer[r].device && (rc = PMPI_Recv(nullptr, 0, MPI_BYTE, r, TAG_POST, w->comm, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
-            break;
+        if (r != MPI_UNDEFINED && w->peer[r].device) w->awaiting[r] = 1;
     return rc;
 }
 
@@ -840,7 +857,10 @@ extern "C" int nm_win_Win_unlock_all(MPI_Win win)
 extern "C" int nm_win_Win_complete(MPI_Win win)
 {
     Win *w = find(win);
-    int rc = PMPI_Win_complete(win);
+    int rc = MPI_SUCCESS;
+    for (int t = 0; w && t < w->n && rc == MPI_SUCCESS; t++) rc = await_post(w, t, "Win_complete");
+    if (rc != MPI_SUCCESS) return rc;
+    rc = PMPI_Win_complete(win);
     return w ? finish_deferred(w, -1, rc) : rc;
 }
 
