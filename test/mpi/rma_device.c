@@ -196,6 +196,19 @@ static void t_fence(void)
     OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, w));
     OK(MPI_Put(hp, 4, MPI_INT, next, 0, 4, MPI_INT, w));
     OK(MPI_Put(dp, 4, MPI_INT, next, 4, 4, MPI_INT, w));
+#ifndef NM_HOST_REF
+    /* past the end of next's window: MPI_ERR_RMA_RANGE, nothing written, a request left null */
+    {
+        int cls = -1;
+        MPI_Request q = (MPI_Request)(uintptr_t)-1;
+        checks++;
+        MPI_Error_class(MPI_Put(dp, 4, MPI_INT, next, N - 2, 4, MPI_INT, w), &cls);
+        EQ(cls, MPI_ERR_RMA_RANGE, "error class of a Put past the end of the target's window");
+        MPI_Error_class(MPI_Rput(dp, 4, MPI_INT, next, -1, 4, MPI_INT, w, &q), &cls);
+        EQ(cls, MPI_ERR_RMA_RANGE, "error class of an Rput before the start of the target's window");
+        EQ(q == MPI_REQUEST_NULL, 1, "the failed Rput's request is MPI_REQUEST_NULL");
+    }
+#endif
     /* MPI_PROC_NULL: nothing moves, the device buffers included */
     OK(MPI_Put(dp, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, w));
     OK(MPI_Get(dg, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, w));

@@ -550,14 +550,14 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
     int cls = MPI_ERR_OTHER;
     std::string why;
     Target t;
-    if (!(why = target_of(w, a, &t, &cls)).empty()) {
-        *rc = raise(a->fn, cls, why, a->win);
+    auto fail = [&](int c, const std::string &reason) {  // (a failed call's request is MPI_REQUEST_NULL)
+        if (a->req) *a->req = MPI_REQUEST_NULL;
+        *rc = raise(a->fn, c, reason, a->win);
         return 1;
-    }
-    if (await_post(w, a->trank, nm_fn_names[a->fn]) != MPI_SUCCESS) {
-        *rc = raise(a->fn, MPI_ERR_OTHER, "the real MPI failed the wait for the target's MPI_Win_post", a->win);
-        return 1;
-    }
+    };
+    if (!(why = target_of(w, a, &t, &cls)).empty()) return fail(cls, why);
+    if (await_post(w, a->trank, nm_fn_names[a->fn]) != MPI_SUCCESS)
+        return fail(MPI_ERR_OTHER, "the real MPI failed the wait for the target's MPI_Win_post");
     DeviceGuard g(w->ctx);
     nm_status_t st = NM_OK;
     {
@@ -598,9 +598,7 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
     if (st != NM_OK) {
         if (why.empty()) why = st == NM_ERR_NO_MEM ? "no pinned host memory" : st == NM_ERR_MPI ? "the real MPI failed a lock"
                                                                                       : "a copy through CUDA IPC failed";
-        if (a->req) *a->req = MPI_REQUEST_NULL;
-        *rc = raise(a->fn, st == NM_ERR_UNSUPPORTED || st == NM_ERR_MPI ? cls : MPI_ERR_INTERN, why, a->win);
-        return 1;
+        return fail(st == NM_ERR_UNSUPPORTED || st == NM_ERR_MPI ? cls : st == NM_ERR_NO_MEM ? MPI_ERR_NO_MEM : MPI_ERR_INTERN, why);
     }
     NM_COUNT_ROUTE(a->fn, NCCLMPI_ROUTE_IPC);
     *rc = a->req ? completed_request(a->req) : MPI_SUCCESS;
