@@ -37,3 +37,14 @@ stand_in_run() {
   fi
   echo "$1: $4, $5 ranks: ok"
 }
+# stand_in_ipc: 0 when this machine lets a process open another's file descriptors through
+# /proc/PID/fd (what the stand-in's CUDA IPC needs, FAKE_CUDA_IPC=1), else 1.
+stand_in_ipc() {
+  sh -c 'exec 3</dev/null; sleep 2' &
+  _si_pid=$!
+  sleep 0.3
+  _si_ok=1
+  [ -r "/proc/$_si_pid/fd/3" ] && cat "/proc/$_si_pid/fd/3" >/dev/null 2>&1 && _si_ok=0
+  kill $_si_pid 2>/dev/null; wait $_si_pid 2>/dev/null
+  return $_si_ok
+}
