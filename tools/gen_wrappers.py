@@ -43,6 +43,8 @@ def read_rows(path):
             args = [dict(role=r, ctype=t.strip(), name=n) for r, t, n in ARG.findall(args)]
             if path not in PATHS:
                 sys.exit("gen_wrappers: %s: unknown path %s" % (name, path))
+            if flags not in ("0", "NB", "PERS", "CORE") or (flags == "CORE" and path != "WIN"):
+                sys.exit("gen_wrappers: %s: unknown flags %s (CORE: WIN rows only)" % (name, flags))
             for a in args:
                 if a["role"] not in ROLES:
                     sys.exit("gen_wrappers: %s: unknown role %s" % (name, a["role"]))
@@ -67,7 +69,7 @@ def actuals(r):
 
 
 def flags_expr(r):
-    return {"0": "0", "NB": "NM_OPF_NB", "PERS": "NM_OPF_PERS"}[r["flags"]]
+    return {"0": "0", "NB": "NM_OPF_NB", "PERS": "NM_OPF_PERS", "CORE": "0"}[r["flags"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +171,7 @@ def rma_prefix(r):
 # The core's nm_win_<Name> (same arguments) makes the whole call, the real MPI's included, when
 # win_cond holds; otherwise the row behaves as the SYNC row it was (queued work launched first).
 def win_cond(r, fortran=False):
-    if r["name"] == "Win_create":
+    if r["flags"] == "CORE":  # every call, wherever ncclmpi is on (MPI_Win_create: decided together)
         return "nm_win_state"
     attr = first_roles(r).get("ATTR")
     if fortran and attr:  # a predefined attribute's value, which the C call gives by reference
@@ -382,7 +384,7 @@ def c_wrapper(r, recv_kinds):
                          ["nm_sync(%s, %s, %s);" % (fn, roles.get("COMM", "MPI_COMM_NULL"), blocking)])
     elif p == "WIN":
         # (a window in device memory sets nm_hot.slow: the other rows' fast path is SYNC's)
-        out = slow_split(n, f, act, fn, "nm_win_state" if n == "Win_create" else "nm_hot.slow",
+        out = slow_split(n, f, act, fn, "nm_win_state" if r["flags"] == "CORE" else "nm_hot.slow",
                          ["nm_trace_call(%s);" % fn,
                           "if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
                           "if (%s) return nm_win_%s(%s);" % (win_cond(r), n, act)])
@@ -738,7 +740,7 @@ def category(r, nccl):
         return "staged"
     if p == "DATA":
         return "routed" if r["kind"] in nccl else "staged"
-    if p == "WIN" and r["name"] == "Win_create":
+    if p == "WIN" and r["flags"] == "CORE":
         return "device-window"
     if p in ("PASS", "SYNC", "COMMNEW", "PROBE", "WIN") or (p == "PERSIST" and r["kind"] != "TEST"):
         return "flush-only"
