@@ -221,14 +221,16 @@ bool side_is_device(const Side &s, const DtypeInfo *d)
     return hi > lo && nm_mem_device((const char *)s.p + lo, &dev);
 }
 
-nm_status_t pack(const Side &s, void *dense, size_t bytes)
+// (wait = false: a device buffer's copies are left queued on the legacy stream for the caller's
+// wait)
+nm_status_t pack(const Side &s, void *dense, size_t bytes, bool wait = true)
 {
     const DtypeInfo *d = dtype_info(s.type);
     Layout l;
     if (side_is_device(s, d)) {
         if (!layout_build(s.type, s.count, MAX_RUNS, &l)) return NM_ERR_UNSUPPORTED;
         nm_status_t st = layout_pack_dev(l, (CUdeviceptr)s.p, (CUdeviceptr)dense, CU_STREAM_LEGACY);
-        return st == NM_OK ? sync_legacy() : st;
+        return st == NM_OK && wait ? sync_legacy() : st;
     }
     if (layout_build(s.type, s.count, MAX_RUNS, &l)) {
         layout_pack_host(l, s.p, dense);
@@ -239,14 +241,14 @@ nm_status_t pack(const Side &s, void *dense, size_t bytes)
                                                                                                    : NM_ERR_MPI;
 }
 
-nm_status_t unpack(const void *dense, size_t bytes, const Side &s)
+nm_status_t unpack(const void *dense, size_t bytes, const Side &s, bool wait = true)
 {
     const DtypeInfo *d = dtype_info(s.type);
     Layout l;
     if (side_is_device(s, d)) {
         if (!layout_build(s.type, s.count, MAX_RUNS, &l)) return NM_ERR_UNSUPPORTED;
         nm_status_t st = layout_unpack_dev(l, (CUdeviceptr)dense, (CUdeviceptr)s.p, CU_STREAM_LEGACY);
-        return st == NM_OK ? sync_legacy() : st;
+        return st == NM_OK && wait ? sync_legacy() : st;
     }
     if (layout_build(s.type, s.count, MAX_RUNS, &l)) {
         layout_unpack_host(l, dense, const_cast<void *>(s.p));
@@ -370,18 +372,24 @@ nm_status_t accumulate(Win *w, const nm_rma_t *a, const Target &t, std::string *
         *why = "result and target data differ in size";
         return NM_ERR_UNSUPPORTED;
     }
-    Scratch cur(bytes), in(no_op ? 0 : bytes), cmp(cas ? bytes : 0);
-    if (!cur.p || !in.p || !cmp.p) return NM_ERR_NO_MEM;
+    // (the copies in are waited for once, with the target's; the copies out likewise)
+    Scratch cur(bytes), in(no_op ? 0 : bytes), cmp(cas ? bytes : 0), old(fetches(a->fn) ? bytes : 0);
+    if (!cur.p || !in.p || !cmp.p || !old.p) return NM_ERR_NO_MEM;
     nm_status_t st = NM_OK;
-    if (!no_op) st = pack(origin, in.p, bytes);
-    if (st == NM_OK && cas) st = pack(Side{a->cbuf, 1, a->ttype}, cmp.p, bytes);
-    if (st != NM_OK) return st;
-    int rc = PMPI_Win_lock(MPI_LOCK_EXCLUSIVE, a->trank, 0, w->lock);
-    if (rc != MPI_SUCCESS) return NM_ERR_MPI;
+    if (!no_op) st = pack(origin, in.p, bytes, false);
+    if (st == NM_OK && cas) st = pack(Side{a->cbuf, 1, a->ttype}, cmp.p, bytes, false);
+    int rc = st == NM_OK ? PMPI_Win_lock(MPI_LOCK_EXCLUSIVE, a->trank, 0, w->lock) : MPI_SUCCESS;
+    if (st != NM_OK || rc != MPI_SUCCESS) {
+        sync_legacy();  // (the queued copies in read the scratch released on return)
+        return st != NM_OK ? st : NM_ERR_MPI;
+    }
     if ((rc = hold_lock(w->lock, a->trank)) == MPI_SUCCESS) {
         st = layout_pack_dev(t.l, t.at, (CUdeviceptr)cur.p, CU_STREAM_LEGACY);
         if (st == NM_OK) st = sync_legacy();
-        if (st == NM_OK && fetches(a->fn)) st = unpack(cur.p, bytes, result);  // the old values
+        if (st == NM_OK && fetches(a->fn)) {  // the old values (their own copy: cur changes next)
+            memcpy(old.p, cur.p, bytes);
+            st = unpack(old.p, bytes, result, false);
+        }
         bool write = !no_op;
         if (st == NM_OK && cas) {
             write = !memcmp(cur.p, cmp.p, bytes);
@@ -393,13 +401,13 @@ nm_status_t accumulate(Win *w, const nm_rma_t *a, const Target &t, std::string *
                 *why = "the operation is not defined on the datatype";
             }
         }
-        if (st == NM_OK && write) {
+        if (st == NM_OK && write)
             st = layout_unpack_dev(t.l, (CUdeviceptr)(replace || cas ? in.p : cur.p), t.at, CU_STREAM_LEGACY);
-            if (st == NM_OK) st = sync_legacy();
-        }
+        if (st == NM_OK) st = sync_legacy();
     } else {
         st = NM_ERR_MPI;
     }
+    if (st != NM_OK) sync_legacy();  // (nothing still queued reads the scratch released below)
     rc = PMPI_Win_unlock(a->trank, w->lock);
     return st != NM_OK ? st : rc == MPI_SUCCESS ? NM_OK : NM_ERR_MPI;
 }
