@@ -571,7 +571,7 @@ def f_convert(r):
 
 def f_through_c(r, cond):
     """Where cond holds, the Fortran call is the C call: its arguments converted, through the C
-    wrapper (RMA and WIN rows, where the core takes the call)."""
+    wrapper (where ncclmpi has work: a device buffer, its requests, a window it joins)."""
     pre, acts, post = f_convert(r)
     out = ["    if (NM_UNLIKELY(%s)) {" % cond,
            "        NM_STAT_INC(nm_stats.fcalls_c[NM_FN_%s]);" % r["name"]]
@@ -650,15 +650,10 @@ def f_wrapper(r):
             cond = "!(nm_hot.queued | nm_envelopes_configured)"
         else:
             cond = "!nm_work_pending()"
-        pre, acts, post = f_convert(r)
-        out += ["    if (NM_LIKELY(%s)) {" % cond]
+        out += f_through_c(r, "!(%s)" % cond)
         if p == "DATA":  # a host call still ends any run of queued nonblocking operations
-            out += ["        if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn]
-        out += ["        " + forward, "        return;", "    }",
-                "    NM_STAT_INC(nm_stats.fcalls_c[%s]);" % fn]
-        out += ["    " + s for s in pre]
-        out += ["    *ierr = nm_impl_%s(%s);" % (n, ", ".join(acts))]
-        out += ["    " + s for s in post]
+            out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn]
+        out += ["    " + forward]
     out += ["}"]
     for sym in ("mpi_%s" % low, "mpi_%s_" % low, "mpi_%s__" % low, "MPI_%s" % n.upper(), "ompi_%s_f" % low):
         out.append("void %s(%s) NM_ALIAS(nm_f_%s);" % (sym, ff, low))

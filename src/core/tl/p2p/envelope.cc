@@ -327,9 +327,6 @@ static nm_p2p_limits_t limits_of_settings()
     return nm_p2p_limits_t{(size_t)nm_cfg.P2P_ENVELOPE_MIN, (size_t)nm_cfg.P2P_COPY_BATCH, 1};
 }
 
-// With auto (device envelopes on: every rank is on this node and sees the same GPUs, env_init's
-// vote), ranks over visible GPUs is the job's ranks per GPU on the node (were every rank to use
-// one); with device, the settings as they are.
 NodeGpus node_gpus()
 {
     NodeGpus n{1, 0, 0};
@@ -344,17 +341,19 @@ NodeGpus node_gpus()
     return n;
 }
 
+// With auto (device envelopes on: every rank is on this node and sees the same GPUs, env_init's
+// vote), ranks over visible GPUs is the job's ranks per GPU on the node (were every rank to use
+// one); with device, the settings as they are.
 static nm_p2p_limits_t limits_of_node()
 {
     if (strcmp(nm_cfg.P2P_ENVELOPE, "auto")) return limits_of_settings();
     const NodeGpus n = node_gpus();
-    const int world_size = n.world_size, gpus = n.gpus;
-    const nm_p2p_limits_t l = nm_p2p_limits(world_size, gpus, n.mps, (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg_from_env("P2P_ENVELOPE_MIN"),
+    const nm_p2p_limits_t l = nm_p2p_limits(n.world_size, n.gpus, n.mps, (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg_from_env("P2P_ENVELOPE_MIN"),
                                             (size_t)nm_cfg.P2P_COPY_BATCH, nm_cfg_from_env("P2P_COPY_BATCH"));
     if (l.ranks_per_gpu > 1)
         NM_INFO(P2P, "%d ranks share %d GPU(s) without MPS (up to %d per GPU, whose work the GPU time-slices): device "
                 "messages of %zu bytes and more go as envelopes, smaller ones are staged; copy kernels %s",
-                world_size, gpus, l.ranks_per_gpu, l.envelope_min, l.copy_batch ? "on" : "off");
+                n.world_size, n.gpus, l.ranks_per_gpu, l.envelope_min, l.copy_batch ? "on" : "off");
     return l;
 }
 

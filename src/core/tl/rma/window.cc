@@ -446,7 +446,8 @@ int real_call(const nm_rma_t *a, const void *o, void *res, const void *cmp);
 // A call whose target's window is host memory: the real MPI makes it, on host shadows of the
 // device buffers (nm_stage_local: copied in after the application's work on the legacy stream).
 // A request-based call's results come back when its request completes; the others' when a
-// synchronization completes the call (finish_deferred). 0: no device buffer (the real MPI as is).
+// synchronization completes the call (finish_deferred); without device buffers, the real call as
+// it is (the buffers are classified once).
 int staged_call(Win *w, const nm_rma_t *a, int *rc)
 {
     const bool noop = a->op == MPI_NO_OP;
@@ -473,7 +474,12 @@ int staged_call(Win *w, const nm_rma_t *a, int *rc)
     void *sh[2], *tok = nullptr;
     const int e = nm_stage_local(fn, b, n, 0, MPI_FILE_NULL, w->comm, sh, &tok, nullptr, rc);
     if (e == NM_STAGE_FAILED) return 1;
-    if (e == NM_STAGE_HOST && aux.empty()) return 0;
+    if (e == NM_STAGE_HOST && aux.empty()) {  // host buffers, known as such: the real call as it is
+        nm_trace_call(fn);
+        if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) nm_flush();
+        *rc = real_call(a, a->obuf, a->rbuf, a->cbuf);
+        return 1;
+    }
     MPI_Request *q = a->req;
     const int r = real_call(a, sh[0], sh[n - 1], cmp);
     if (q || r != MPI_SUCCESS) {  // a request's task copies back at its completion; a failure drops the shadows
