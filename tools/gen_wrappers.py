@@ -144,9 +144,10 @@ def reject_bufs(r, fortran):
     return out
 
 
-# RMA rows: one-sided data calls. Where the process has a window with device memory
-# (src/core/tl/rma/window.cc), the call is described (nm_rma_t) and the core takes it when its
-# target's window memory is on a GPU; otherwise it is a REJECT row.
+# RMA rows: one-sided data calls. Where the core keeps windows' records, or the call has a device
+# buffer, the call is described (nm_rma_t) and the core takes it (src/core/tl/rma/window.cc): a
+# target whose window memory is on a GPU through CUDA IPC, device buffers with a host window
+# staged; otherwise the real MPI's call as it is.
 RMA_DESC = {"SBUF": "a.obuf = {n};", "SCOUNT": "a.ocount = {n};", "STYPE": "a.otype = {n};",
             "RBUF": "a.rbuf = {n};", "RCOUNT": "a.rcount = {n};", "RTYPE": "a.rtype = {n};",
             "DTYPE": "a.otype = a.rtype = a.ttype = {n};", "CBUF": "a.cbuf = {n};", "TRANK": "a.trank = {n};",
@@ -155,10 +156,12 @@ RMA_DESC = {"SBUF": "a.obuf = {n};", "SCOUNT": "a.ocount = {n};", "STYPE": "a.ot
 
 
 def rma_prefix(r):
-    """The C RMA wrapper's first lines: the core takes the call where the target's window is
-    device memory."""
+    """The C RMA wrapper's first lines: the core takes the call where it keeps windows' records
+    (a window may have device memory) or a buffer is device memory."""
     desc = " ".join(RMA_DESC[a["role"]].format(n=a["name"]) for a in r["args"] if a["role"] in RMA_DESC)
-    return ["if (NM_UNLIKELY(nm_win_state & NM_WIN_DEVICE)) {",
+    bufs = reject_bufs(r, False)
+    return ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+            "if (NM_UNLIKELY(nm_win_state & NM_WIN_TRACKED) || NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs),
             "    nm_rma_t a;",
             "    nm_rma_init(&a, NM_FN_%s);" % r["name"],
             "    " + desc,
@@ -175,8 +178,8 @@ def win_cond(r, fortran=False):
         return "nm_win_state"
     attr = first_roles(r).get("ATTR")
     if fortran and attr:  # a predefined attribute's value, which the C call gives by reference
-        return "(nm_win_state & NM_WIN_DEVICE) && nm_win_attr_predefined(*%s)" % first_roles(r)["X"]
-    return "(nm_win_state & NM_WIN_DEVICE)"
+        return "(nm_win_state & NM_WIN_TRACKED) && nm_win_attr_predefined(*%s)" % first_roles(r)["X"]
+    return "(nm_win_state & NM_WIN_TRACKED)"
 
 
 def reject_raise(r, fortran):
@@ -351,13 +354,14 @@ def c_wrapper(r, recv_kinds):
                 "    if (NM_LIKELY(nm_host_fast()%s)) return PMPI_%s(%s);" % (
                     " && !nm_envelopes_configured" if r["kind"] in recv_kinds else "", n, act),
                 "    return nm_slow_%s(%s);" % (n, act)]
-    elif p in ("REJECT", "RMA"):
+    elif p == "RMA":
+        out = device_check_wrapper(n, f, act, fn, rma_prefix(r))
+    elif p == "REJECT":
         # Buffers ncclmpi cannot run on device memory: the real MPI must never see a device
         # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
         # DATA path's: count, two loads, tail jump; the check lives in its own function.
         bufs = reject_bufs(r, False)
-        body = rma_prefix(r) if p == "RMA" else []
-        body += ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+        body = ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
                 "if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
         body += ["    " + s for s in reject_resets(r, False)]
         body += ["    return %s;" % reject_raise(r, False), "}"]
@@ -603,9 +607,10 @@ def f_wrapper(r):
     elif p == "WIN":
         out += f_through_c(r, win_cond(r, True))
         out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn, "    " + forward]
-    elif p in ("REJECT", "RMA"):
-        if p == "RMA":
-            out += f_through_c(r, "nm_win_state & NM_WIN_DEVICE")
+    elif p == "RMA":  # off the host fast path: the C wrapper decides
+        out += f_through_c(r, "!nm_host_fast()")
+        out += ["    " + forward]
+    elif p == "REJECT":
         bufs = reject_bufs(r, True)
         out += ["    if (NM_UNLIKELY(!nm_host_fast())) {",
                 "        const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),

@@ -96,9 +96,11 @@ int nm_reject_win(int fn, MPI_Win win);
 int nm_reject_file(int fn, MPI_File fh);
 
 /* RMA and WIN rows (src/core/tl/rma/window.cc): one-sided communication on windows with device
- * memory. nm_win_state: NM_WIN_ON once ncclmpi is initialised (MPI_Win_create goes through the
- * core), | NM_WIN_DEVICE once a window with device memory exists in the process (sticky). */
-enum { NM_WIN_ON = 1, NM_WIN_DEVICE = 2 };
+ * memory, and device buffers with windows in host memory. nm_win_state: NM_WIN_ON once ncclmpi is
+ * initialised (MPI_Win_create goes through the core), | NM_WIN_TRACKED once the core keeps a
+ * window's record (one with device memory, or a host window a device buffer met; sticky): from
+ * then on every one-sided call and the synchronizations go through the core. */
+enum { NM_WIN_ON = 1, NM_WIN_TRACKED = 2 };
 extern int nm_win_state;
 /* A one-sided data call: origin (obuf: Put/Accumulate/...; rbuf: a Get's origin, the result of
  * the fetching calls), compare buffer, target; counts default to 1 (Fetch_and_op,

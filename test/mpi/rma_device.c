@@ -3,7 +3,8 @@
  * doubles, Get_accumulate, Fetch_and_op and Compare_and_swap atomicity under passive target,
  * mutual exclusion of exclusive locks, post/start/complete/wait (and Win_test), derived datatypes
  * at origin and target, request-based calls, the window's attributes, a window with host memory
- * on rank 0 and device memory elsewhere, a zero-size window, local reads of the own window
+ * on rank 0 and device memory elsewhere, device buffers with windows in host memory that the real
+ * MPI allocates (MPI_Win_allocate, MPI_Win_allocate_shared) or that are dynamic, a zero-size window, local reads of the own window
  * after MPI_Win_sync, the unified memory model (a put under a lock is in the target's device
  * memory after the unlock and a barrier, with no call at the target), MPI_PROC_NULL targets with
  * device buffers, and (device builds) the IPC route counters. Every value is checked against what MPI-3.1 (unified model) gives, computed
@@ -618,6 +619,135 @@ out:
     dev_free(dc), dev_free(dg);
 }
 
+/* 10b. windows the real MPI allocates (MPI_Win_allocate, MPI_Win_allocate_shared) and a dynamic
+ * window with attached host memory: host memory on every rank, with origin, result and compare
+ * buffers in device memory (staged); their results come back at the fence, flush, unlock or
+ * request completion that completes the call. */
+static void t_host_flavors(void)
+{
+    enum { N = 12, CNT = 9, CASX = 10 };
+    tcase = "device buffers, MPI_Win_allocate window";
+    int pv[4], one = 1, got[N], want[N], *all = malloc(sizeof(int) * 2 * size);
+    for (int i = 0; i < 4; i++) pv[i] = aval(rank, 20, i);
+    void *dp = dev_ints(pv, 4), *dg = dev_poisoned(5 * sizeof(int)), *done = dev_ints(&one, 1);
+    void *dres = dev_poisoned(2 * sizeof(int)), *dcmp = dev_poisoned(sizeof(int));
+    int *mem = NULL;
+    MPI_Win w = MPI_WIN_NULL;
+    if (OK(MPI_Win_allocate(N * sizeof(int), sizeof(int), MPI_INFO_NULL, W, &mem, &w))) {
+        OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+        for (int i = 0; i < N; i++) mem[i] = ival(rank, i);
+        OK(MPI_Win_fence(0, w));
+        OK(MPI_Put(dp, 4, MPI_INT, next, 0, 4, MPI_INT, w));
+        OK(MPI_Get(dg, 4, MPI_INT, prev, 4, 4, MPI_INT, w));
+        OK(MPI_Accumulate(done, 1, MPI_INT, 0, 8, 1, MPI_INT, MPI_SUM, w));
+        OK(MPI_Win_fence(0, w));
+        for (int i = 0; i < N; i++) want[i] = i < 4 ? aval(prev, 20, i) : ival(rank, i);
+        if (rank == 0) want[8] += size;
+        eq_ints(mem, want, N, "own MPI_Win_allocate window after a fence epoch");
+        from_dev(got, dg, 5 * sizeof(int));
+        for (int i = 0; i < 5; i++) want[i] = i < 4 ? ival(prev, 4 + i) : POISON;
+        eq_ints(got, want, 5, "Get from prev's MPI_Win_allocate window into device memory, completed by the fence");
+        OK(MPI_Win_fence(0, w)); /* (the local reads end before the passive epochs) */
+        /* passive target: tickets from rank 0's counter (element CNT) into device memory, one
+         * winner of a compare-and-swap whose compare value is in device memory */
+        OK(MPI_Win_lock_all(0, w));
+        OK(MPI_Fetch_and_op(done, dres, MPI_INT, 0, CNT, MPI_SUM, w));
+        OK(MPI_Win_flush(0, w));
+        int cmp = ival(0, CASX), mine = aval(rank, 21, 0);
+        to_dev(dcmp, &cmp, sizeof(int));
+        OK(MPI_Compare_and_swap(&mine, dcmp, (int *)dres + 1, MPI_INT, 0, CASX, w));
+        OK(MPI_Win_flush_all(w));
+        /* request-based: a get into device memory, a put from it, each complete at its wait */
+        MPI_Request q[2];
+        OK(MPI_Rget(dg, 2, MPI_INT, next, 0, 2, MPI_INT, w, &q[0]));
+        OK(MPI_Waitall(1, q, MPI_STATUSES_IGNORE));
+        from_dev(got, dg, 2 * sizeof(int));
+        want[0] = aval(rank, 20, 0), want[1] = aval(rank, 20, 1);
+        eq_ints(got, want, 2, "Rget from next's MPI_Win_allocate window into device memory, at its MPI_Wait");
+        /* MPI_BOTTOM with a datatype that places the origin in device memory (absolute address) */
+        MPI_Aint at;
+        int bl = 2;
+        MPI_Datatype absdev;
+        MPI_Get_address(dp, &at);
+        OK(MPI_Type_create_hindexed(1, &bl, &at, MPI_INT, &absdev));
+        OK(MPI_Type_commit(&absdev));
+        OK(MPI_Put(MPI_BOTTOM, 1, absdev, next, 4, 2, MPI_INT, w));
+        OK(MPI_Win_unlock_all(w));
+        MPI_Type_free(&absdev);
+        from_dev(got, dres, 2 * sizeof(int));
+        OK(MPI_Allgather(got, 2, MPI_INT, all, 2, MPI_INT, W));
+        int winners = 0;
+        for (int v = 0; v < size; v++) {
+            int n = 0;
+            for (int r = 0; r < size; r++) n += all[2 * r] == ival(0, CNT) + v;
+            EQ(n, 1, "Fetch_and_op into device memory: old value %d fetched, times", ival(0, CNT) + v);
+        }
+        for (int r = 0; r < size; r++) winners += all[2 * r + 1] == ival(0, CASX);
+        EQ(winners, 1, "Compare_and_swap with a device compare value: ranks that saw the initial value");
+        OK(MPI_Barrier(W));
+        if (rank == 0) {
+            EQ(mem[CNT], ival(0, CNT) + size, "rank 0's counter after every rank's Fetch_and_op");
+            int wins = 0;
+            for (int r = 0; r < size; r++) wins += mem[CASX] == aval(r, 21, 0);
+            EQ(wins, 1, "rank 0's compare-and-swap element holds one rank's value: %d", mem[CASX]);
+        }
+        want[0] = aval(prev, 20, 0), want[1] = aval(prev, 20, 1);
+        eq_ints(mem + 4, want, 2, "own window after prev's Put from MPI_BOTTOM (device memory)");
+        OK(MPI_Barrier(W));
+        freewin(&w);
+    }
+
+    tcase = "device buffers, MPI_Win_allocate_shared window";
+    MPI_Comm node;
+    OK(MPI_Comm_split_type(W, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int nr, ns;
+    MPI_Comm_rank(node, &nr), MPI_Comm_size(node, &ns);
+    if (OK(MPI_Win_allocate_shared(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, node, &mem, &w))) {
+        OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+        for (int i = 0; i < 4; i++) mem[i] = POISON;
+        OK(MPI_Win_fence(0, w));
+        OK(MPI_Put(dp, 4, MPI_INT, (nr + 1) % ns, 0, 4, MPI_INT, w));
+        OK(MPI_Win_fence(0, w));
+        for (int i = 0; i < 4; i++) want[i] = aval(rank, 20, i); /* (every rank of W on one node here) */
+        int *theirs = NULL, du = 0;
+        MPI_Aint sz = 0;
+        OK(MPI_Win_shared_query(w, (nr + 1) % ns, &sz, &du, &theirs));
+        if (theirs && ns == size) eq_ints(theirs, want, 4, "next's shared window after my Put from device memory");
+        OK(MPI_Win_fence(0, w));
+        freewin(&w);
+    }
+    MPI_Comm_free(&node);
+
+    tcase = "device buffers, dynamic window";
+    if (OK(MPI_Win_create_dynamic(MPI_INFO_NULL, W, &w))) {
+        OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+        int att[N];
+        for (int i = 0; i < N; i++) att[i] = ival(rank, i);
+        OK(MPI_Win_attach(w, att, sizeof(att)));
+        MPI_Aint at, *where = malloc(sizeof(MPI_Aint) * size);
+        MPI_Get_address(att, &at);
+        OK(MPI_Allgather(&at, 1, MPI_AINT, where, 1, MPI_AINT, W));
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next, 0, w));
+        OK(MPI_Put(dp, 4, MPI_INT, next, where[next] + 2 * sizeof(int), 4, MPI_INT, w));
+        OK(MPI_Win_unlock(next, w));
+        OK(MPI_Barrier(W));
+        OK(MPI_Win_lock(MPI_LOCK_SHARED, prev, 0, w));
+        OK(MPI_Get(dg, 5, MPI_INT, prev, where[prev] + 7 * sizeof(int), 5, MPI_INT, w));
+        OK(MPI_Win_unlock(prev, w));
+        for (int i = 0; i < N; i++) want[i] = i >= 2 && i < 6 ? aval(prev, 20, i - 2) : ival(rank, i);
+        eq_ints(att, want, N, "own attached memory after prev's Put from device memory");
+        from_dev(got, dg, 5 * sizeof(int));
+        for (int i = 0; i < 5; i++) want[i] = ival(prev, 7 + i);
+        eq_ints(got, want, 5, "Get from prev's attached memory into device memory, at the unlock");
+        OK(MPI_Barrier(W));
+        OK(MPI_Win_detach(w, att));
+        freewin(&w);
+        free(where);
+    }
+    dev_free(dp), dev_free(dg), dev_free(done), dev_free(dres), dev_free(dcmp);
+    free(all);
+}
+
 /* 11. the last rank's window is empty (size 0, base NULL); the others Put to each other, and the
  * last rank Puts into rank 0 */
 static void t_zero_size(void)
@@ -848,6 +978,7 @@ int main(int argc, char **argv)
     t_requests();
     t_attrs();
     t_mixed();
+    t_host_flavors();
     t_zero_size();
     t_lock_self();
     t_unified();

@@ -27,6 +27,9 @@
 //     then a flush: the real MPI may acquire locks lazily); the application's work on the legacy
 //     stream finishes before a fence or a post exposes the window.
 //   - MPI_Win_get_attr answers the device base and size for such a window.
+// Device buffers with a window in host memory (of any flavor) are staged through host shadows
+// for the real MPI's call (staged_call); such a window gets its record when a call with a device
+// buffer first meets it (adopt).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -168,15 +171,40 @@ void map_close(CUdeviceptr p)
         }
 }
 
-// From now on the one-sided calls on w come to nm_rma and the synchronizations to nm_win_*.
-void track(Win *w)
+// From now on the one-sided calls on w's window come to nm_rma and the synchronizations to
+// nm_win_*. Returns the window's record: w, or the one another thread tracked first (w deleted).
+Win *track(Win *w)
 {
     {
         std::lock_guard<std::mutex> g(wins_mu);
-        wins[w->win] = w;
+        auto in = wins.emplace(w->win, w);
+        if (!in.second) {
+            delete w;
+            return in.first->second;
+        }
     }
-    __atomic_or_fetch(&nm_win_state, NM_WIN_DEVICE, __ATOMIC_RELEASE);
+    __atomic_or_fetch(&nm_win_state, NM_WIN_TRACKED, __ATOMIC_RELEASE);
     __atomic_store_n(&nm_hot.slow, 1, __ATOMIC_RELEASE);  // data calls leave the host fast path
+    return w;
+}
+
+// A window the core did not make (MPI_Win_allocate, MPI_Win_allocate_shared,
+// MPI_Win_create_dynamic, or MPI_Win_create over host memory on every rank) is host memory on
+// every rank. Its record is made at its first call that reaches the core (one with a device
+// buffer, or any once the core keeps records), so that device buffers are staged and their
+// results come back at the synchronizations that complete the calls. Nothing collective: each
+// rank's own affair.
+Win *adopt(MPI_Win win)
+{
+    MPI_Group g;
+    int n = 0, me = 0;
+    if (PMPI_Win_get_group(win, &g) != MPI_SUCCESS) return nullptr;  // (an invalid handle: the real MPI's error)
+    PMPI_Group_size(g, &n);
+    PMPI_Group_rank(g, &me);
+    PMPI_Group_free(&g);
+    Win *w = new Win(me, n, nullptr, 0);
+    w->win = win;
+    return track(w);  // (or another thread's call adopted it first)
 }
 
 void release(Win *w)
@@ -557,6 +585,7 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
         *rc = real_call(a, a->obuf, a->rbuf, a->cbuf);
         return 1;
     }
+    if (!w && a->trank >= 0 && a->win != MPI_WIN_NULL) w = adopt(a->win);
     if (!w || a->trank < 0 || a->trank >= w->n) return 0;  // the real MPI's (or its error)
     if (!w->peer[a->trank].device) return staged_call(w, a, rc);
     nm_trace_call(a->fn);
@@ -653,15 +682,8 @@ extern "C" int nm_win_Win_create(void *base, MPI_Aint size, int disp_unit, MPI_I
     if (rc != MPI_SUCCESS) return rc;
     bool any = false;
     for (const Published &p : all) any |= p.device != 0;
-    if (!any) {  // host memory on every rank: the real MPI's window, and device origin buffers staged
-        rc = PMPI_Win_create(base, size, disp_unit, info, comm, win);
-        if (rc == MPI_SUCCESS && cuda_attached()) {  // (this rank's own affair: nothing collective)
-            Win *w = new Win(me, n, base, size);
-            w->win = *win;
-            track(w);
-        }
-        return rc;
-    }
+    if (!any)  // host memory on every rank: the real MPI's window (device buffers: adopt)
+        return PMPI_Win_create(base, size, disp_unit, info, comm, win);
 
     Win *w = new Win(me, n, base, size);
     int ok = mine.ok;
