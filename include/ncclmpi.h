@@ -23,8 +23,9 @@ typedef enum {
     NCCLMPI_ROUTE_COUNT = 4,  /* the routes ncclmpi_stats_t.route holds (its layout is fixed) */
     NCCLMPI_ROUTE_ONESHOT = 4, /* one kernel per rank over NVLink (small device reductions); read
                                   with ncclmpi_get_route_calls */
-    NCCLMPI_ROUTE_IPC = 5      /* one-sided calls on a window in device memory, through CUDA IPC;
-                                  read with ncclmpi_get_route_calls */
+    NCCLMPI_ROUTE_IPC = 5      /* through CUDA IPC: one-sided calls on a window in device memory,
+                                  and collectives of ranks that share a GPU; read with
+                                  ncclmpi_get_route_calls */
 } ncclmpi_route_t;
 
 typedef struct ncclmpi_stats {

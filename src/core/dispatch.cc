@@ -25,6 +25,7 @@
 #include "core/tl/oneshot/oneshot.h"
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/persistent.h"
+#include "core/tl/shared/shared_gpu.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -129,13 +130,15 @@ static void check_settings_agree()
 {
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
-             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu",
+             "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu "
+             "SHARED_GPU=%d/%zu/%d/%zu",
              nm_cfg.DISABLE,
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
              (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
              nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
-             (size_t)nm_cfg.P2P_ENVELOPE_MIN);
+             (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg.SHARED_GPU, (size_t)nm_cfg.SHARED_MIN,
+             nm_cfg_from_env("SHARED_MIN"), (size_t)nm_cfg.SHARED_SLOT);
     long long mine[2], all[2] = {0, 0};
     nm_same_put(mine, nm_hash_str(text));
     world_max(mine, all, 2, "ncclmpi's settings check");
@@ -476,7 +479,9 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     NM_TRACE(CALL, "MPI_%s %s count=%d/%d root=%d dev=%d -> %s (%s)", nm_fn_names[o->fn],
              cs ? cs->describe().c_str() : "", o->scount, o->rcount, o->root, c.device, nm_route_str(d.route),
              nm_why_str(d.why));
-    NM_COUNT_ROUTE(o->fn, d.route);
+    // ranks sharing GPUs: a large staged collective on the GPU through CUDA IPC (counted there)
+    const bool shared = d.route == NCCLMPI_ROUTE_STAGED && shared_applies(x);
+    NM_COUNT_ROUTE(o->fn, shared ? NCCLMPI_ROUTE_IPC : d.route);
     // a flush point: everything but a nonblocking NCCL call, which queues behind what is queued
     // (one with a carrier flushes, as its ranks without data do on their host route)
     // (the one-shot route is an engine route like NCCL's: its kernels are ordered with NCCL's)
@@ -518,6 +523,11 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         // the others'); any other send goes after what is queued
         const bool later = o->kind == NM_OPK_SEND && env_send_defers(o);
         if (o->kind == NM_OPK_SEND && !later) env_flush_sends();
+        if (shared) {
+            nm_status_t st = shared_run(x, rc);
+            if (st != NM_OK) *rc = raise_error(o, st, "the collective on the shared GPU failed");
+            return ENTER_DONE;
+        }
         note_staged(o, d.why);
         if (stage_pipeline_applies(x)) {
             WaitWatch w(nm_fn_names[o->fn], stage_wait_reason);

@@ -497,20 +497,25 @@ int main(int argc, char **argv)
         MPI_Comm_size(split, &ssize);
         int expect_nccl = !forced && (distinct || ssize == 1);
         if (expect_nccl != (s.route[NCCLMPI_ROUTE_NCCL] != 0)) route_bad = 1;
-        /* LAND/BXOR/MAXLOC/int16 stage, except the small ones the one-shot kernels run */
-        if (s.route[NCCLMPI_ROUTE_STAGED] == 0 && s.oneshot == 0) route_bad = 1;
+        /* LAND/BXOR/MAXLOC/int16 stage, except the small ones the one-shot kernels run (and, on a
+         * shared GPU, those from NCCLMPI_SHARED_MIN bytes, through CUDA IPC) */
+        if (s.route[NCCLMPI_ROUTE_STAGED] == 0 && s.oneshot == 0 && s.ipc == 0) route_bad = 1;
+        /* NM_EXPECT_SHARED=1: ranks share the GPU and Allreduces run on it (SHARED_MIN=0; user
+         * ops and types the kernels lack stay staged) */
+        const char *es = getenv("NM_EXPECT_SHARED");
+        if (es && es[0] == '1' && !distinct && !forced && s.ipc == 0) route_bad = 1;
         if (route_bad)
-            fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu oneshot=%llu staged=%llu host=%llu (distinct GPUs: %d, "
-                    "split size %d, NCCL expected: %d)\n", rank, s.route[NCCLMPI_ROUTE_NCCL], s.oneshot, s.route[NCCLMPI_ROUTE_STAGED], s.route[NCCLMPI_ROUTE_HOST], distinct, ssize,
-                    expect_nccl);
+            fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu oneshot=%llu ipc=%llu staged=%llu host=%llu (distinct GPUs: %d, "
+                    "split size %d, NCCL expected: %d)\n", rank, s.route[NCCLMPI_ROUTE_NCCL], s.oneshot, s.ipc, s.route[NCCLMPI_ROUTE_STAGED],
+                    s.route[NCCLMPI_ROUTE_HOST], distinct, ssize, expect_nccl);
         failures += route_bad;
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
         printf("gpu_coll: %d ranks, %d GPU(s), %s, %d cases per rank, %d failure(s); Allreduce routes nccl=%llu oneshot=%llu "
-               "staged=%llu\n", size, ndev, distinct ? "one GPU per rank" : "ranks share GPUs", cases, total, s.route[NCCLMPI_ROUTE_NCCL],
-               s.oneshot, s.route[NCCLMPI_ROUTE_STAGED]);
+               "ipc=%llu staged=%llu\n", size, ndev, distinct ? "one GPU per rank" : "ranks share GPUs", cases, total,
+               s.route[NCCLMPI_ROUTE_NCCL], s.oneshot, s.ipc, s.route[NCCLMPI_ROUTE_STAGED]);
     MPI_Type_free(&contig3);
     MPI_Type_free(&vec);
     MPI_Comm_free(&split);

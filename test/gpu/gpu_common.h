@@ -38,6 +38,7 @@
 typedef struct {
     unsigned long long calls, fortran_calls, route[NCCLMPI_ROUTE_COUNT];
     unsigned long long oneshot; /* NCCLMPI_ROUTE_ONESHOT, outside ncclmpi_stats_t */
+    unsigned long long ipc;     /* NCCLMPI_ROUTE_IPC: likewise */
 } nm_stats_view_t;
 
 /* route counters of one function, or -1 in calls when ncclmpi is not loaded */
@@ -57,6 +58,7 @@ static inline nm_stats_view_t gpu_stats(const char *fn)
     v.fortran_calls = s.fortran_calls;
     memcpy(v.route, s.route, sizeof(v.route));
     if (route) route(fn, NCCLMPI_ROUTE_ONESHOT, &v.oneshot);
+    if (route) route(fn, NCCLMPI_ROUTE_IPC, &v.ipc);
     return v;
 }
 

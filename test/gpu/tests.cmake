@@ -29,6 +29,13 @@ set_tests_properties(gpu_coll_np2_staged PROPERTIES LABELS "gpu" TIMEOUT 600 SKI
 add_test(gpu_coll_np3_pipelined ${GRUN} 3 "${B}/test/gpu/gpu_coll")
 set_tests_properties(gpu_coll_np3_pipelined PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_STAGE_CHUNK=48K")
+# ranks sharing the GPU: blocking Allreduce, Reduce and Bcast on it through CUDA IPC from the first
+# byte, in chunks of 64 KiB (where every rank has its own GPU: NCCL, as gpu_coll_np*)
+foreach(np 2 3 4)
+  add_test(gpu_coll_np${np}_shared ${GRUN} ${np} "${B}/test/gpu/gpu_coll")
+  set_tests_properties(gpu_coll_np${np}_shared PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NCCLMPI_SHARED_MIN=0;NCCLMPI_SHARED_SLOT=64K;NM_EXPECT_SHARED=${KERNELS}")
+endforeach()
 # blocking calls on the comm stream (event-ordered) instead of the default stream
 add_test(gpu_coll_np1_commstream ${GRUN} 1 "${B}/test/gpu/gpu_coll" --quick)
 set_tests_properties(gpu_coll_np1_commstream PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77

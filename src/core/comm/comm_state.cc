@@ -5,6 +5,7 @@
 // them can take part (a GPU of its own, NCCL loaded, a stream): one PMPI_Allgather of every
 // rank's readiness, so that every rank reaches the same answer, READY or STAGED.
 #include "core/comm/comm_state.h"
+#include "core/tl/shared/shared_gpu.h"
 
 #include <string.h>
 
@@ -54,6 +55,7 @@ void comm_release(CommState *cs)
 {
     if (cs->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     if (cs->pg) cs->pg->destroy();
+    shared_release(cs->shared);
     delete cs;
 }
 
@@ -173,15 +175,19 @@ void comm_create(CommState *cs, int device)
     snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
     std::vector<Readiness> all(cs->size);
     PMPI_Allgather(&mine, sizeof(Readiness), MPI_BYTE, all.data(), sizeof(Readiness), MPI_BYTE, cs->comm);
+    int shares = -1, with = -1;  // the first rank that shares a GPU with an earlier one
     for (int i = 0; i < cs->size; i++) {
         if (!all[i].ok) return set_staged(cs, "rank %d: %s", i, all[i].why);
         if (all[i].nccl_version != all[0].nccl_version) return set_staged(cs, "rank %d: %s", i, "another NCCL version than rank 0");
-        for (int j = 0; j < i; j++)
-            if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid))) {
-                char d[96];
-                snprintf(d, sizeof(d), "shares its GPU with rank %d (NCCL needs one GPU per rank)", j);
-                return set_staged(cs, "rank %d %s", i, d);
-            }
+        for (int j = 0; j < i && shares < 0; j++)
+            if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid))) shares = i, with = j;
+    }
+    if (shares >= 0) {  // (every rank read the same table: every rank is here)
+        char d[96];
+        snprintf(d, sizeof(d), "shares its GPU with rank %d (NCCL needs one GPU per rank)", with);
+        set_staged(cs, "rank %d %s", shares, d);
+        shared_setup(cs, device);  // collective: the GPU's own path for large collectives
+        return;
     }
     // Every rank is ready: a hidden duplicate for the engine's agreements, an id from rank 0.
     if (nm_cfg.COALESCE && cs->hidden == MPI_COMM_NULL) PMPI_Comm_dup(cs->comm, &cs->hidden);

@@ -19,6 +19,7 @@
 namespace ncclmpi {
 
 struct Op;
+struct SharedWin;
 
 // One agreement round of the engine: a PMPI_Iallreduce(MIN) of a proposal on the hidden comm.
 struct Round {
@@ -38,6 +39,7 @@ struct CommState {
     std::unique_ptr<ProcessGroup> pg;
     MPI_Comm hidden = MPI_COMM_NULL;
     std::string why_staged;
+    SharedWin *shared = nullptr;  // ranks sharing GPUs: the agreed window (tl/shared/shared_gpu.h)
 
     // engine (engine.cc), under mu
     std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order

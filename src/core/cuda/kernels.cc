@@ -37,7 +37,8 @@ const CUfunction *kernels(CUcontext ctx, std::string *why)
             *why = m.why;
             return nullptr;
         }
-    static const char *const names[NM_K_COUNT] = {NM_OS_KERNEL_NAMES, NM_OS_MOVE_KERNEL, NM_COPYV_KERNEL};
+    static const char *const names[NM_K_COUNT] = {NM_OS_KERNEL_NAMES, NM_OS_MOVE_KERNEL, NM_COPYV_KERNEL,
+                                                   NM_SH_KERNEL_NAMES};
     modules.emplace_back();
     Module &m = modules.back();
     m.ctx = ctx;

@@ -12,8 +12,9 @@
 
 namespace ncclmpi {
 
-// Indices into kernels()'s table: the one-shot reductions by element kind (NM_OS_I8...), then:
-enum { NM_K_MOVE = NM_OS_NTYPES, NM_K_COPYV, NM_K_COUNT };
+// Indices into kernels()'s table: the one-shot reductions by element kind (NM_OS_I8...), then
+// the move and copy kernels, then the shared-GPU reductions (NM_K_SH + element kind):
+enum { NM_K_MOVE = NM_OS_NTYPES, NM_K_COPYV, NM_K_SH, NM_K_COUNT = NM_K_SH + NM_OS_NTYPES };
 
 // Kernels built into this library.
 bool kernels_built();

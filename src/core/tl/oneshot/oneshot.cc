@@ -94,8 +94,9 @@ int op_of(MPI_Op op)
     return -1;
 }
 
-// the element kind and op of a reduction the kernels can run, or false
-bool supported(const DtypeInfo *d, MPI_Op op, int *kind, int *opi)
+}  // namespace
+
+bool oneshot_reduction(const DtypeInfo *d, MPI_Op op, int *kind, int *opi)
 {
     if (!d || d->os_kind < 0 || !d->basic_size || d->size % d->basic_size) return false;
     int o = op_of(op);
@@ -104,7 +105,6 @@ bool supported(const DtypeInfo *d, MPI_Op op, int *kind, int *opi)
     *opi = o;
     return true;
 }
-}  // namespace
 
 void oneshot_kind(MPI_Datatype basic, int *kind, unsigned *ops)
 {
@@ -228,7 +228,7 @@ bool oneshot_fits(const ProcessGroup *pg, int kind, const DtypeInfo *d, MPI_Op o
     const int coll = coll_of(kind);
     int ek, opi;
     if (!w || coll < 0 || count < 1 || !d) return false;
-    if (coll <= NM_OS_REDUCE_SCATTER_BLOCK && !supported(d, op, &ek, &opi)) return false;
+    if (coll <= NM_OS_REDUCE_SCATTER_BLOCK && !oneshot_reduction(d, op, &ek, &opi)) return false;
     // the bytes one rank puts into one slot (a block of the result for Reduce_scatter_block)
     const unsigned long long bytes = (unsigned long long)count * d->size;
     return bytes <= w->slot_bytes && bytes <= (unsigned long long)nm_cfg.ONESHOT_MAX;
@@ -249,7 +249,7 @@ nm_status_t oneshot_run(NcclCall &c)
     char *dst = nullptr;
     if (coll <= NM_OS_REDUCE_SCATTER_BLOCK) {
         const DtypeInfo *d = &op.info(SEG_RECV);
-        if (!supported(d, op.o.op, &fn, &a.op)) return NM_ERR_UNSUPPORTED;
+        if (!oneshot_reduction(d, op.o.op, &fn, &a.op)) return NM_ERR_UNSUPPORTED;
         a.esize = (int)d->basic_size;
         a.count = cnt * d->size / d->basic_size;
         if (coll == NM_OS_REDUCE_SCATTER_BLOCK) {  // as the NCCL body: in place, rank r's result goes to block 0

@@ -23,6 +23,10 @@ struct OneshotWindow;
 // (a bit per NM_OS_* op); -1 and 0 when none (dtype.cc caches it in DtypeInfo).
 void oneshot_kind(MPI_Datatype basic, int *kind, unsigned *ops);
 
+// The element kind (NM_OS_I8...) and op (NM_OS_SUM...) of a reduction of the signature d with op
+// that the kernels implement, or false.
+bool oneshot_reduction(const DtypeInfo *d, MPI_Op op, int *kind, int *opi);
+
 // Collective over `comm` (every rank of it, at the group's creation, after NCCL initialised on
 // every rank): allocate this rank's window, exchange CUDA IPC handles, map every peer's, and
 // agree. On success on every rank, pg gets the window; otherwise no rank keeps one (one DEBUG

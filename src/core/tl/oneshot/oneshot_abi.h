@@ -72,4 +72,20 @@ typedef struct nm_os_args {
     "nm_os_allreduce_pair_i16"
 #define NM_OS_MOVE_KERNEL "nm_os_move" /* Bcast and Allgather: bytes */
 
+/* Ranks sharing a GPU (src/core/tl/shared/shared_gpu.cc): one kernel per rank combines the n
+ * contributions in[0], ..., in[n-1] (in that order: the same bits on every rank) into out. No
+ * flags: the host orders the contributions before the launch. */
+typedef struct nm_sh_args {
+    const char *in[NM_OS_MAX_RANKS];
+    char *out;
+    unsigned long long count; /* elements */
+    int n, op, esize;
+} nm_sh_args_t;
+
+#define NM_SH_KERNEL_NAMES                                                                      \
+    "nm_sh_reduce_i8", "nm_sh_reduce_u8", "nm_sh_reduce_i16", "nm_sh_reduce_u16",               \
+    "nm_sh_reduce_i32", "nm_sh_reduce_u32", "nm_sh_reduce_i64", "nm_sh_reduce_u64",             \
+    "nm_sh_reduce_f32", "nm_sh_reduce_f64", "nm_sh_reduce_pair_f32", "nm_sh_reduce_pair_f64",   \
+    "nm_sh_reduce_pair_i64", "nm_sh_reduce_pair_i32", "nm_sh_reduce_pair_i16"
+
 #endif

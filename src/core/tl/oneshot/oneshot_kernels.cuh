@@ -219,25 +219,44 @@ __device__ void move(const nm_os_args_t &a)
     finish(a);
 }
 
+// Ranks sharing a GPU: every contribution is already in place (nm_sh_args_t)
+template <class P> __device__ void reduce_direct(const nm_sh_args_t &a)
+{
+    const int es = a.esize;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += (size_t)gridDim.x * blockDim.x) {
+        typename P::V acc = P::load(a.in[0], i, es);
+        for (int q = 1; q < a.n; q++) acc = P::comb(a.op, acc, P::load(a.in[q], i, es));
+        P::store(a.out, i, es, acc);
+    }
+}
+
 }  // namespace
 
-#define NM_OS_KERNEL(name, P) \
-    extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) name(nm_os_args_t a) { reduce<P>(a); }
+// nm_os_allreduce_<kind> (one-shot, oneshot_abi.h) and nm_sh_reduce_<kind> (ranks sharing a GPU)
+#define NM_OS_KERNEL(kind, P)                                                                              \
+    extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) nm_os_allreduce_##kind(nm_os_args_t a)    \
+    {                                                                                                      \
+        reduce<P>(a);                                                                                      \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) nm_sh_reduce_##kind(nm_sh_args_t a)      \
+    {                                                                                                      \
+        reduce_direct<P>(a);                                                                               \
+    }
 
 extern "C" __global__ void __launch_bounds__(NM_OS_THREADS) nm_os_move(nm_os_args_t a) { move(a); }
 
-NM_OS_KERNEL(nm_os_allreduce_i8, Int<int8_t>)
-NM_OS_KERNEL(nm_os_allreduce_u8, Int<uint8_t>)
-NM_OS_KERNEL(nm_os_allreduce_i16, Int<int16_t>)
-NM_OS_KERNEL(nm_os_allreduce_u16, Int<uint16_t>)
-NM_OS_KERNEL(nm_os_allreduce_i32, Int<int32_t>)
-NM_OS_KERNEL(nm_os_allreduce_u32, Int<uint32_t>)
-NM_OS_KERNEL(nm_os_allreduce_i64, Int<int64_t>)
-NM_OS_KERNEL(nm_os_allreduce_u64, Int<uint64_t>)
-NM_OS_KERNEL(nm_os_allreduce_f32, Float<float>)
-NM_OS_KERNEL(nm_os_allreduce_f64, Float<double>)
-NM_OS_KERNEL(nm_os_allreduce_pair_f32, Pair<float>)
-NM_OS_KERNEL(nm_os_allreduce_pair_f64, Pair<double>)
-NM_OS_KERNEL(nm_os_allreduce_pair_i64, Pair<int64_t>)
-NM_OS_KERNEL(nm_os_allreduce_pair_i32, Pair<int32_t>)
-NM_OS_KERNEL(nm_os_allreduce_pair_i16, Pair<int16_t>)
+NM_OS_KERNEL(i8, Int<int8_t>)
+NM_OS_KERNEL(u8, Int<uint8_t>)
+NM_OS_KERNEL(i16, Int<int16_t>)
+NM_OS_KERNEL(u16, Int<uint16_t>)
+NM_OS_KERNEL(i32, Int<int32_t>)
+NM_OS_KERNEL(u32, Int<uint32_t>)
+NM_OS_KERNEL(i64, Int<int64_t>)
+NM_OS_KERNEL(u64, Int<uint64_t>)
+NM_OS_KERNEL(f32, Float<float>)
+NM_OS_KERNEL(f64, Float<double>)
+NM_OS_KERNEL(pair_f32, Pair<float>)
+NM_OS_KERNEL(pair_f64, Pair<double>)
+NM_OS_KERNEL(pair_i64, Pair<int64_t>)
+NM_OS_KERNEL(pair_i32, Pair<int32_t>)
+NM_OS_KERNEL(pair_i16, Pair<int16_t>)

@@ -42,6 +42,7 @@
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/cuda/memkind.h"
+#include "core/dtype/dense.h"
 #include "core/dtype/dtype.h"
 #include "core/dtype/layout.h"
 #include "core/engine/task.h"
@@ -229,66 +230,6 @@ CUcontext context_for(int ordinal)
     return d ? d->ctx : nullptr;
 }
 
-nm_status_t sync_legacy() { return cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS ? NM_OK : NM_ERR_CUDA; }
-
-// ---- moving bytes -----------------------------------------------------------------------------
-// `count` elements of `type` at p (host or device memory) <-> dense bytes in pinned host memory.
-// Host memory whose datatype the layout code cannot decode goes through PMPI_Pack/Unpack.
-struct Side {
-    const void *p;
-    long long count;
-    MPI_Datatype type;
-};
-
-bool side_is_device(const Side &s, const DtypeInfo *d)
-{
-    if (s.count <= 0 || !d || d->size == 0) return false;
-    MPI_Aint lo, hi;
-    dtype_span(d, 0, s.count, &lo, &hi);
-    int dev;
-    return hi > lo && nm_mem_device((const char *)s.p + lo, &dev);
-}
-
-// (wait = false: a device buffer's copies are left queued on the legacy stream for the caller's
-// wait)
-nm_status_t pack(const Side &s, void *dense, size_t bytes, bool wait = true)
-{
-    const DtypeInfo *d = dtype_info(s.type);
-    Layout l;
-    if (side_is_device(s, d)) {
-        if (!layout_build(s.type, s.count, MAX_RUNS, &l)) return NM_ERR_UNSUPPORTED;
-        nm_status_t st = layout_pack_dev(l, (CUdeviceptr)s.p, (CUdeviceptr)dense, CU_STREAM_LEGACY);
-        return st == NM_OK && wait ? sync_legacy() : st;
-    }
-    if (layout_build(s.type, s.count, MAX_RUNS, &l)) {
-        layout_pack_host(l, s.p, dense);
-        return NM_OK;
-    }
-    int pos = 0;
-    return PMPI_Pack(s.p, (int)s.count, s.type, dense, (int)bytes, &pos, MPI_COMM_SELF) == MPI_SUCCESS ? NM_OK
-                                                                                                   : NM_ERR_MPI;
-}
-
-nm_status_t unpack(const void *dense, size_t bytes, const Side &s, bool wait = true)
-{
-    const DtypeInfo *d = dtype_info(s.type);
-    Layout l;
-    if (side_is_device(s, d)) {
-        if (!layout_build(s.type, s.count, MAX_RUNS, &l)) return NM_ERR_UNSUPPORTED;
-        nm_status_t st = layout_unpack_dev(l, (CUdeviceptr)dense, (CUdeviceptr)s.p, CU_STREAM_LEGACY);
-        return st == NM_OK && wait ? sync_legacy() : st;
-    }
-    if (layout_build(s.type, s.count, MAX_RUNS, &l)) {
-        layout_unpack_host(l, dense, const_cast<void *>(s.p));
-        return NM_OK;
-    }
-    int pos = 0;
-    return PMPI_Unpack(dense, (int)bytes, &pos, const_cast<void *>(s.p), (int)s.count, s.type, MPI_COMM_SELF) ==
-                   MPI_SUCCESS
-               ? NM_OK
-               : NM_ERR_MPI;
-}
-
 // Pinned host scratch for one call.
 struct Scratch {
     void *p = nullptr;
@@ -404,8 +345,8 @@ nm_status_t accumulate(Win *w, const nm_rma_t *a, const Target &t, std::string *
     Scratch cur(bytes), in(no_op ? 0 : bytes), cmp(cas ? bytes : 0), old(fetches(a->fn) ? bytes : 0);
     if (!cur.p || !in.p || !cmp.p || !old.p) return NM_ERR_NO_MEM;
     nm_status_t st = NM_OK;
-    if (!no_op) st = pack(origin, in.p, bytes, false);
-    if (st == NM_OK && cas) st = pack(Side{a->cbuf, 1, a->ttype}, cmp.p, bytes, false);
+    if (!no_op) st = dense_pack(origin, in.p, bytes, false);
+    if (st == NM_OK && cas) st = dense_pack(Side{a->cbuf, 1, a->ttype}, cmp.p, bytes, false);
     int rc = st == NM_OK ? PMPI_Win_lock(MPI_LOCK_EXCLUSIVE, a->trank, 0, w->lock) : MPI_SUCCESS;
     if (st != NM_OK || rc != MPI_SUCCESS) {
         sync_legacy();  // (the queued copies in read the scratch released on return)
@@ -416,7 +357,7 @@ nm_status_t accumulate(Win *w, const nm_rma_t *a, const Target &t, std::string *
         if (st == NM_OK) st = sync_legacy();
         if (st == NM_OK && fetches(a->fn)) {  // the old values (their own copy: cur changes next)
             memcpy(old.p, cur.p, bytes);
-            st = unpack(old.p, bytes, result, false);
+            st = dense_unpack(old.p, bytes, result, false);
         }
         bool write = !no_op;
         if (st == NM_OK && cas) {
@@ -625,13 +566,13 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
             if (!s.p) {
                 st = NM_ERR_NO_MEM;
             } else if (put) {
-                st = pack(o, s.p, t.l.bytes);
+                st = dense_pack(o, s.p, t.l.bytes);
                 if (st == NM_OK) st = layout_unpack_dev(t.l, (CUdeviceptr)s.p, t.at, CU_STREAM_LEGACY);
                 if (st == NM_OK) st = sync_legacy();
             } else {
                 st = layout_pack_dev(t.l, t.at, (CUdeviceptr)s.p, CU_STREAM_LEGACY);
                 if (st == NM_OK) st = sync_legacy();
-                if (st == NM_OK) st = unpack(s.p, t.l.bytes, o);
+                if (st == NM_OK) st = dense_unpack(s.p, t.l.bytes, o);
             }
             if (st == NM_ERR_UNSUPPORTED && why.empty()) why = "the origin datatype cannot be decoded for device memory";
         }
