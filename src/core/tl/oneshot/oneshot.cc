@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
+#include "core/cuda/ipc_share.h"
 #include "core/cuda/kernels.h"
 #include "core/dtype/buffers.h"
 #include "core/dtype/dtype.h"
@@ -117,9 +118,8 @@ void oneshot_kind(MPI_Datatype basic, int *kind, unsigned *ops)
 void oneshot_release(OneshotWindow *w)
 {
     if (!w) return;
+    ipc_unshare(w->ctx, w->n, w->rank, w->win);
     DeviceGuard g(w->ctx);
-    for (int q = 0; q < w->n; q++)
-        if (w->win[q] && q != w->rank) cu.cuIpcCloseMemHandle(w->win[q]);
     if (w->win[w->rank]) cu.cuMemFree(w->win[w->rank]);
     if (w->abort_host) cu.cuMemFreeHost((void *)w->abort_host);
     delete w;
@@ -143,15 +143,7 @@ void oneshot_setup(ProcessGroup *pg, MPI_Comm comm)
     w->slot_bytes = ((size_t)nm_cfg.ONESHOT_MAX + 255) / 256 * 256;
     w->flags_off = 2 * (size_t)n * w->slot_bytes;
     w->bytes = w->flags_off + 2 * (size_t)n * NM_OS_MAX_BLOCKS * 8 + 256;  // flags, done counter
-    struct {
-        int ok;
-        unsigned long host;  // ranks on one node only (a CUDA IPC handle means nothing elsewhere)
-        CUipcMemHandle h;
-    } mine, *all = new decltype(mine)[n];
-    memset(&mine, 0, sizeof(mine));
-    char hn[256] = "";
-    gethostname(hn, sizeof(hn) - 1);
-    mine.host = nm_hash_str(hn);
+    CUdeviceptr mine = 0;
     {
         DeviceGuard g(pg->ctx());
         void *ab = nullptr;
@@ -167,40 +159,14 @@ void oneshot_setup(ProcessGroup *pg, MPI_Comm comm)
         } else if ((w->abort_host = (volatile unsigned *)ab, *w->abort_host = 0,
                     r = cu.cuMemHostGetDevicePointer(&w->abort_dev, ab, 0)) != CUDA_SUCCESS) {
             why = std::string("cuMemHostGetDevicePointer: ") + cuda_errstr(r);
-        } else if ((r = cu.cuIpcGetMemHandle(&mine.h, w->win[w->rank])) != CUDA_SUCCESS) {
-            why = std::string("cuIpcGetMemHandle: ") + cuda_errstr(r);
         } else {
-            mine.ok = 1;
+            mine = w->win[w->rank];
         }
     }
-    PMPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, comm);
-    int ok = mine.ok;
-    for (int q = 0; q < n && ok; q++) {
-        if (!all[q].ok) {
-            ok = 0;
-            why = "rank " + std::to_string(q) + " has no window";
-        } else if (all[q].host != mine.host) {
-            ok = 0;
-            why = "rank " + std::to_string(q) + " is on another host";
-        }
-    }
-    if (ok) {
-        DeviceGuard g(pg->ctx());
-        for (int q = 0; q < n && ok; q++) {
-            if (q == w->rank) continue;
-            CUresult r = cu.cuIpcOpenMemHandle(&w->win[q], all[q].h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-            if (r != CUDA_SUCCESS) {
-                ok = 0;
-                w->win[q] = 0;
-                why = "cuIpcOpenMemHandle of rank " + std::to_string(q) + "'s window: " + cuda_errstr(r);
-            }
-        }
-    }
-    delete[] all;
-    int all_ok = 0;
-    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-    if (!all_ok) {
-        if (ok) why = "another rank could not map every window";
+    const CUdeviceptr own = w->win[w->rank];
+    const bool ok = ipc_share(comm, n, w->rank, pg->ctx(), mine, 0, w->win, nullptr, &why);
+    w->win[w->rank] = own;  // (freed by oneshot_release either way)
+    if (!ok) {
         NM_DEBUG(INIT, "%s: no one-shot window: %s", pg->describe().c_str(), why.c_str());
         oneshot_release(w);
         return;

@@ -11,6 +11,7 @@
 #include "core/comm/comm_state.h"
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
+#include "core/cuda/ipc_share.h"
 #include "core/cuda/kernels.h"
 #include "core/dtype/dense.h"
 #include "core/dtype/dtype.h"
@@ -42,9 +43,8 @@ struct SharedWin {
 void shared_release(SharedWin *w)
 {
     if (!w) return;
+    ipc_unshare(w->ctx, w->n, w->rank, w->win);
     DeviceGuard g(w->ctx);
-    for (int q = 0; q < w->n; q++)
-        if (w->win[q] && q != w->rank) cu.cuIpcCloseMemHandle(w->win[q]);
     if (w->own) cu.cuMemFree(w->own);
     delete w;
 }
@@ -58,18 +58,9 @@ void shared_setup(CommState *cs, int device)
     w->n = n;
     w->rank = cs->rank;
     w->slot = ((size_t)nm_cfg.SHARED_SLOT + 255) / 256 * 256;
-    struct {
-        int ok;
-        unsigned long long host;  // one node only (a CUDA IPC handle means nothing elsewhere)
-        unsigned long long min;   // this rank's threshold: the agreed one is the largest
-        CUipcMemHandle h;
-    } mine;
-    memset(&mine, 0, sizeof(mine));
-    char hn[256] = "";
-    gethostname(hn, sizeof(hn) - 1);
-    mine.host = nm_hash_str(hn);
     std::string why;
     int mps = 0;
+    CUdeviceptr mine = 0;
     if ((w->dev = device_get(device)) != nullptr) {
         w->ctx = w->dev->ctx;
         DeviceGuard g(w->ctx);
@@ -81,12 +72,9 @@ void shared_setup(CommState *cs, int device)
         if (!(w->fn = kernels(w->ctx, &why))) {
         } else if ((r = cu.cuMemAlloc(&w->own, 3 * w->slot)) != CUDA_SUCCESS) {
             why = std::string("cuMemAlloc: ") + cuda_errstr(r);
-        } else if ((r = cu.cuIpcGetMemHandle(&mine.h, w->own)) != CUDA_SUCCESS) {
-            why = std::string("cuIpcGetMemHandle: ") + cuda_errstr(r);
         } else {
-            mine.ok = 1;
+            mine = w->own;
             w->tmp = w->own + 2 * w->slot;
-            w->win[w->rank] = w->own;
         }
     } else {
         why = "no device";
@@ -94,40 +82,14 @@ void shared_setup(CommState *cs, int device)
     // without MPS the GPU time-slices the processes' kernels and small copies: from SHARED_MIN
     // bytes; under MPS (every rank: the largest wins) from 32 KiB, unless the setting is given
     // (measured on 1xH200, 2 ranks: doc/performance.md, "Ranks sharing a GPU")
-    mine.min = mps && !nm_cfg_from_env("SHARED_MIN") ? 32768ull : (unsigned long long)nm_cfg.SHARED_MIN;
-    std::vector<decltype(mine)> all((size_t)n);
-    PMPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, cs->comm);
-    int ok = mine.ok;
-    for (int q = 0; q < n && ok; q++) {
-        if (!all[q].ok) {
-            ok = 0;
-            why = "rank " + std::to_string(q) + " has no window";
-        } else if (all[q].host != mine.host) {
-            ok = 0;
-            why = "rank " + std::to_string(q) + " is on another host";
-        }
-        w->min_bytes = std::max(w->min_bytes, all[q].min);
-    }
-    if (ok) {
-        DeviceGuard g(w->ctx);
-        for (int q = 0; q < n && ok; q++) {
-            if (q == w->rank) continue;
-            CUresult r = cu.cuIpcOpenMemHandle(&w->win[q], all[q].h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-            if (r != CUDA_SUCCESS) {
-                ok = 0;
-                w->win[q] = 0;
-                why = "cuIpcOpenMemHandle of rank " + std::to_string(q) + "'s window: " + cuda_errstr(r);
-            }
-        }
-    }
-    int all_ok = 0;
-    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, cs->comm);
-    if (!all_ok) {
-        if (ok) why = "another rank could not map every window";
+    const unsigned long long min = mps && !nm_cfg_from_env("SHARED_MIN") ? 32768ull : (unsigned long long)nm_cfg.SHARED_MIN;
+    unsigned long long mins[NM_OS_MAX_RANKS];
+    if (!ipc_share(cs->comm, n, w->rank, w->ctx, mine, min, w->win, mins, &why)) {
         NM_DEBUG(INIT, "%s: no shared-GPU window: %s", cs->describe().c_str(), why.c_str());
         shared_release(w);
         return;
     }
+    for (int q = 0; q < n; q++) w->min_bytes = std::max(w->min_bytes, mins[q]);
     NM_DEBUG(INIT, "%s: shared-GPU window of 2 x %zu bytes mapped on %d ranks, from %llu bytes", cs->describe().c_str(),
              w->slot, n, w->min_bytes);
     cs->shared = w;
