@@ -17,6 +17,7 @@
 #include "core/dtype/dtype.h"
 #include "core/op_table.h"
 #include "core/tl/oneshot/oneshot.h"
+#include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/nm_op.h"
@@ -64,11 +65,8 @@ void shared_setup(CommState *cs, int device)
     if ((w->dev = device_get(device)) != nullptr) {
         w->ctx = w->dev->ctx;
         DeviceGuard g(w->ctx);
-        CUdevice d;
         CUresult r;
-        // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133): this process's contexts go through an MPS server
-        if (cu.cuCtxGetDevice(&d) != CUDA_SUCCESS || cu.cuDeviceGetAttribute(&mps, (CUdevice_attribute)133, d) != CUDA_SUCCESS)
-            mps = 0;
+        mps = node_gpus().mps;  // this process's contexts go through an MPS server
         if (!(w->fn = kernels(w->ctx, &why))) {
         } else if ((r = cu.cuMemAlloc(&w->own, 3 * w->slot)) != CUDA_SUCCESS) {
             why = std::string("cuMemAlloc: ") + cuda_errstr(r);
