@@ -72,6 +72,51 @@ int ncclmpi_nccl_loaded(void);
 int ncclmpi_group_begin(void);
 int ncclmpi_group_end(void);
 
+/* ---- Stream-ordered calls: MPICH's MPIX_Stream extension ------------------------------------
+ * Declared when <mpi.h> was included first and does not declare them itself. A communicator made
+ * by MPIX_Stream_comm_create from a stream that wraps a cudaStream_t takes MPIX_*_enqueue calls:
+ * each runs after the work queued on that stream before it, and the stream's later work sees its
+ * result. MPIX_Allreduce_enqueue on device buffers that NCCL (or ncclmpi's one-shot kernels) can
+ * reduce is launched on the stream and the call returns at once; every other enqueued call waits
+ * for the stream's work so far, then runs as its blocking form (MPIX_Isend_enqueue as MPI_Isend)
+ * and has completed (or, for the I-forms, started) when it returns. doc/design.md,
+ * "Stream-ordered calls", has the details.
+ *
+ *     MPI_Info info;
+ *     MPI_Info_create(&info);
+ *     MPI_Info_set(info, "type", "cudaStream_t");
+ *     MPIX_Info_set_hex(info, "value", &stream, sizeof(stream));
+ *     MPIX_Stream s;
+ *     MPIX_Stream_create(info, &s);
+ *     MPI_Comm scomm;
+ *     MPIX_Stream_comm_create(MPI_COMM_WORLD, s, &scomm);
+ *     kernel<<<g, b, 0, stream>>>(grad);
+ *     MPIX_Allreduce_enqueue(MPI_IN_PLACE, grad, n, MPI_FLOAT, MPI_SUM, scomm);
+ *     next_kernel<<<g, b, 0, stream>>>(grad);
+ */
+#if defined(MPI_VERSION) && !defined(MPIX_STREAM_NULL)
+typedef struct ncclmpi_stream *MPIX_Stream;
+#define MPIX_STREAM_NULL ((MPIX_Stream)0)
+int MPIX_Info_set_hex(MPI_Info info, const char *key, const void *value, int value_size);
+int MPIX_Stream_create(MPI_Info info, MPIX_Stream *stream);
+int MPIX_Stream_free(MPIX_Stream *stream);
+int MPIX_Stream_comm_create(MPI_Comm comm, MPIX_Stream stream, MPI_Comm *newcomm);
+int MPIX_Stream_comm_create_multiplex(MPI_Comm comm, int count, MPIX_Stream array_of_streams[], MPI_Comm *newcomm);
+int MPIX_Comm_get_stream(MPI_Comm comm, int idx, MPIX_Stream *stream);
+int MPIX_Stream_progress(MPIX_Stream stream);
+int MPIX_Send_enqueue(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPIX_Recv_enqueue(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+                      MPI_Status *status);
+int MPIX_Isend_enqueue(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                       MPI_Request *request);
+int MPIX_Irecv_enqueue(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+                       MPI_Request *request);
+int MPIX_Wait_enqueue(MPI_Request *request, MPI_Status *status);
+int MPIX_Waitall_enqueue(int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]);
+int MPIX_Allreduce_enqueue(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                           MPI_Comm comm);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/persistent.h"
 #include "core/tl/shared/shared_gpu.h"
+#include "core/stream/enqueue.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -382,7 +383,8 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
         return raise_error(o, NM_ERR_MPI, "the real MPI refused the matching zero-count call");
     }
     if (!(o->flags & NM_OPF_NB)) {
-        nm_status_t st = engine_run_blocking(op, &err);
+        Enqueue *e = nm_enqueue_now;  // MPIX_*_enqueue: on the application's stream, not waited for
+        nm_status_t st = e && e->direct ? engine_run_enqueued(op, e->stream, &err) : engine_run_blocking(op, &err);
         return st == NM_OK ? MPI_SUCCESS : raise_error(o, st, err + " [" + cs->describe() + "]");
     }
     Task *t = Task::get(o);
@@ -491,6 +493,14 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             if (engine) engine_flush_waitable(cs, UINT64_MAX);
             if (!engine && keeps_queued_envelopes(o)) engine_flush_all_except(nullptr);
             else nm_flush();
+        }
+    }
+    if (NM_UNLIKELY(nm_enqueue_now != nullptr)) {  // MPIX_*_enqueue, dispatched as its blocking form
+        Enqueue *e = nm_enqueue_now;
+        e->direct = engine && !(o->flags & NM_OPF_NB) && !(d.act & NM_ACT_CARRIER) && enqueue_direct_ok(e, cs, b, nb);
+        if (!e->direct && enqueue_sync(e) != NM_OK) {
+            *rc = raise_error(o, NM_ERR_CUDA, std::string("waiting for the work of the stream of ") + e->call + " failed");
+            return ENTER_DONE;
         }
     }
     const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
@@ -724,6 +734,27 @@ extern "C" void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm)
     if (depth || nm_cfg.DISABLE || !nm_cfg.EAGER || !initialized || finalized) return;
     DepthGuard dg;
     comm_state_created(parent, newcomm);
+}
+
+// MPIX_Stream_comm_create: every rank of the new communicator is here (a communicator
+// constructor), so where every rank attached a CUDA stream (device >= 0) its NCCL communicator is
+// made now, before an enqueued call would have to (a creation waits for every rank). The
+// settings read here are compared across ranks at MPI_Init, and cap is agreed state.
+extern "C" void nm_stream_comm_connect(MPI_Comm comm, int device)
+{
+    if (depth || nm_cfg.DISABLE || nm_cfg.FORCE_STAGED || !initialized || finalized) return;
+    DepthGuard dg;
+    CommState *cs = comm_state(comm);
+    if (cs->inter || cs->getcap() != NM_CAP_UNKNOWN) return;
+    int have = device >= 0 && cuda_attached(), all = 0;
+    {
+        WaitWatch w("MPIX_Stream_comm_create", "for the other ranks, to make the NCCL communicator of the stream's");
+        PMPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, comm);
+        if (!all) return;
+        nm_flush();
+        std::lock_guard<std::mutex> g(cs->mu);
+        comm_create(cs, device);
+    }
 }
 
 extern "C" int nm_group_begin(void)

@@ -209,3 +209,9 @@ foreach(np 2 3)
   set_tests_properties(gpu_rma_device_hostrank_np${np} PROPERTIES LABELS "gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
                        ENVIRONMENT "RMA_DEVICE_HOSTRANK=1")
 endforeach()
+# MPICH's stream extension: enqueued calls on a CUDA stream (NCCL's route with a GPU per rank, the
+# shared GPU's otherwise)
+foreach(np 1 2 3 4)
+  add_test(gpu_mpix_stream_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_mpix_stream")
+  set_tests_properties(gpu_mpix_stream_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

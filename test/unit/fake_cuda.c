@@ -200,6 +200,7 @@ EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
     return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 EXPORT CUresult cuStreamDestroy(CUstream s) { free(s); return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { (void)s; *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s; (void)e; (void)f; return CUDA_SUCCESS; }

@@ -31,6 +31,8 @@ add_test(unit_local_staged sh "${S}/test/unit/local_staged.sh" "${B}")
 set_tests_properties(unit_local_staged PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
 add_test(unit_rma_device sh "${S}/test/unit/rma_device.sh" "${B}")
 set_tests_properties(unit_rma_device PROPERTIES LABELS "mpi" TIMEOUT 400 SKIP_RETURN_CODE 77)
+add_test(unit_mpix_stream sh "${S}/test/unit/mpix_stream.sh" "${B}")
+set_tests_properties(unit_mpix_stream PROPERTIES LABELS "mpi" TIMEOUT 400 SKIP_RETURN_CODE 77)
 add_test(unit_watchdog sh "${S}/test/unit/watchdog.sh" "${B}")
 set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
 # where ncclmpi orders its work after the application's (events on the legacy stream, counted by

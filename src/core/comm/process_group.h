@@ -90,6 +90,10 @@ class ProcessGroup {
     // operations launched and not yet known complete (blocking calls use the comm stream while
     // any is, so that everything on this NCCL communicator stays in issue order)
     std::atomic<int> inflight{0};
+    // the stream of the last launch (under the communicator's lock): a launch on another stream
+    // while operations are in flight waits for it, so this NCCL communicator's work runs in issue
+    // order whatever streams it was launched on (MPIX_*_enqueue launch on the application's)
+    CUstream last_stream = nullptr;
 
   private:
     nm_status_t finish_init(ncclResult_t r, const char *how, double t0);

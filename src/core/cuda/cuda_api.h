@@ -12,7 +12,7 @@
     X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain)        \
     X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetUuid) X(cuDeviceGetPCIBusId)               \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent)           \
-    X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
+    X(cuStreamQuery) X(cuStreamGetCtx) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
     X(cuEventSynchronize) X(cuMemcpyAsync) X(cuMemcpy) X(cuMemHostRegister)                   \
     X(cuMemHostUnregister) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)       \
     X(cuMemsetD8Async) X(cuMemcpy2DAsync)                                                     \

@@ -45,6 +45,7 @@ void Op::reset()
     order_ev = nullptr;
     task = nullptr;
     explicit_group = false;
+    enqueued = false;
     oneshot = false;
     kdone = nullptr;
     kdone_ticket = 0;
@@ -174,8 +175,17 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         return NM_ERR_NCCL;
     }
     DeviceGuard g(pg->ctx());
+    // in issue order after this communicator's launches on another stream still in flight
+    if (pg->last_stream && pg->last_stream != s && pg->inflight.load(std::memory_order_relaxed) > 0) {
+        CUevent prev = pg->event_get();
+        NM_CU_CHECK(prev ? cu.cuEventRecord(prev, pg->last_stream) : CUDA_ERROR_OUT_OF_MEMORY, return NM_ERR_CUDA);
+        NM_CU_CHECK(cu.cuStreamWaitEvent(s, prev, 0), return NM_ERR_CUDA);
+        pg->event_put(prev);
+    }
+    pg->last_stream = s;
     // order after the application's work: the last op's recorded point covers the earlier ones
-    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER) {
+    // (an enqueued op is on the application's own stream: in its order already)
+    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER && !ops[n - 1]->enqueued) {
         CUevent ord = ops[n - 1]->order_ev;
         CUevent tmp = nullptr;
         if (!ord) {
@@ -564,6 +574,71 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
     return st;
 }
 
+// ---- operations enqueued on the application's stream (MPIX_*_enqueue) ---------------------------
+// Nothing waits for them: they are polled at the process's calls into ncclmpi (engine_progress,
+// the next enqueue) and at MPI_Finalize, and finished there.
+static std::mutex enq_mu;
+static std::vector<Op *> enq_ops;
+
+static void enqueued_reap(bool wait)
+{
+    std::unique_lock<std::mutex> g(enq_mu, std::defer_lock);
+    if (wait) g.lock();
+    else if (!g.try_lock()) return;
+    for (unsigned spin = 0; !enq_ops.empty(); spin++) {
+        for (size_t i = 0; i < enq_ops.size();) {
+            Op *op = enq_ops[i];
+            nm_status_t st = NM_OK;
+            std::string err;
+            if (!op_poll(op, &st, &err, 0)) {
+                i++;
+                continue;
+            }
+            // no request reports it: the communicator has failed (later calls on it fail with it)
+            if (st != NM_OK) NM_WARN(COLL, "%s enqueued on a stream failed: %s", op->describe().c_str(), err.c_str());
+            enq_ops[i] = enq_ops.back();
+            enq_ops.pop_back();
+            leftovers.fetch_sub(1, std::memory_order_relaxed);
+            op_finish(op, st != NM_OK);
+        }
+        if (!wait) break;
+        if ((spin & 15) == 15) mpi_progress();
+        if ((spin & 1023) == 1023) sched_yield();
+    }
+}
+
+nm_status_t engine_run_enqueued(Op *op, CUstream s, std::string *err)
+{
+    CommState *cs = op->cs;
+    enqueued_reap(false);
+    if (group_depth > 0) {  // as a blocking call: ends the explicit group (every rank does the same)
+        nm_status_t st = launch_explicit(err);
+        if (st != NM_OK) { op_put(op); return st; }
+    }
+    if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0) engine_flush_all_except(cs);
+    op->enqueued = true;
+    cs->refs.fetch_add(1, std::memory_order_relaxed);  // released when the op is finished
+    nm_status_t st;
+    {
+        QueueLock g(cs);
+        // where a blocking call would launch: after this communicator's queue, in agreed groups
+        st = flush_waitable_locked(cs, UINT64_MAX, err);
+        if (st == NM_OK) {
+            op->seq = ++cs->seq;
+            st = launch(cs, &op, 1, s, err);
+        }
+    }
+    if (st != NM_OK) {
+        op_put(op);
+        comm_release(cs);
+        return st;
+    }
+    std::lock_guard<std::mutex> g(enq_mu);
+    enq_ops.push_back(op);
+    leftovers.fetch_add(1, std::memory_order_relaxed);  // engine_progress polls while any is left
+    return NM_OK;
+}
+
 nm_status_t engine_submit(Op *op, std::string *err)
 {
     CommState *cs = op->cs;
@@ -710,7 +785,7 @@ void op_finish(Op *op, bool failed)
     }
     for (auto &b : op->bounce) pinned_put(b.first, b.second);
     op->bounce.clear();
-    bool nb = op->task != nullptr;
+    bool nb = op->task != nullptr || op->enqueued;
     op_put(op);
     if (nb) comm_release(cs);
 }
@@ -718,6 +793,7 @@ void op_finish(Op *op, bool failed)
 void engine_progress()
 {
     if (!leftovers.load(std::memory_order_relaxed)) return;
+    enqueued_reap(false);
     {
         std::unique_lock<std::mutex> g(background_mu, std::try_to_lock);
         for (size_t i = 0; g.owns_lock() && i < background.size();) {
@@ -748,7 +824,10 @@ void engine_progress()
 
 void engine_drain()
 {
-    // MPI_Finalize: every rank started the same rounds and is here, so waiting ends
+    // MPI_Finalize: the operations enqueued on streams run to their end (every rank enqueued
+    // the same ones)
+    enqueued_reap(true);
+    // every rank started the same rounds and is here, so waiting ends
     std::lock_guard<std::mutex> g(background_mu);
     for (Background &b : background) {
         for (Round *r : b.rounds) {

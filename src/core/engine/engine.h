@@ -89,6 +89,10 @@ struct CommState;
 nm_status_t engine_run_blocking(Op *op, std::string *err);
 // A nonblocking operation (op->task set): queued, or launched at once. The task owns op after.
 nm_status_t engine_submit(Op *op, std::string *err);
+// A blocking operation enqueued on the application's stream s (MPIX_*_enqueue): launched where a
+// blocking call would be, on s, and not waited for; finished at a later progress point or at
+// MPI_Finalize. Releases op on failure.
+nm_status_t engine_run_enqueued(Op *op, CUstream s, std::string *err);
 
 // Flush points. Send the queued point-to-point envelopes (env_flush_sends) and launch every
 // queued operation of every communicator as a group of its own (agreement proposals of 1, whose

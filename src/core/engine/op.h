@@ -46,6 +46,7 @@ struct Op {
     CUevent order_ev = nullptr;  // the application's work this op follows (nonblocking calls)
     Task *task = nullptr;        // nonblocking: the task behind the user's request
     bool explicit_group = false; // issued inside ncclmpi_group_begin/end
+    bool enqueued = false;       // MPIX_*_enqueue: launched on the application's stream, no task
     bool oneshot = false;        // runs as a one-shot kernel (tl/oneshot), not as an NCCL call
     const volatile uint64_t *kdone = nullptr;  // completion flag its kernel writes (one-shot, solo)
     uint64_t kdone_ticket = 0;
