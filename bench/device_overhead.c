@@ -12,6 +12,7 @@
  *           iallreduce  MPI_Iallreduce + MPI_Wait, 2 floats in place
  *           burst       64 x MPI_Iallreduce + one MPI_Waitall (N counts operations)
  *           group       the same inside ncclmpi_group_begin/end (N counts operations)
+ *           enqueue     MPIX_Allreduce_enqueue, 2 floats in place, on a communicator of a stream
  *
  * Output: kind=<k> n=<N> ok=<0|1> legacy_events=<e> | ns_per_call=<t>   (ok: the calls took the
  * NCCL route; e: events the N calls recorded on the legacy stream, with the stand-in driver)
@@ -26,13 +27,15 @@
 #include <string.h>
 #include <time.h>
 
-enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_GROUP, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst", "group"};
+enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_GROUP, K_ENQUEUE, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst", "group", "enqueue"};
 enum { BURST = 64 };
 
 static float *dbuf[BURST];
 static int errors;
 static int (*group_begin)(void), (*group_end)(void); /* ncclmpi's, looked up */
+static int (*enqueue)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
+static MPI_Comm scomm; /* of a stream (enqueue) */
 
 __attribute__((noinline)) void dv_loop(int kind, long n)
 {
@@ -61,6 +64,10 @@ __attribute__((noinline)) void dv_loop(int kind, long n)
             if (kind == K_GROUP && group_end() != MPI_SUCCESS) errors++;
             if (MPI_Waitall(BURST, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS) errors++;
         }
+        break;
+    case K_ENQUEUE:
+        for (long i = 0; i < n; i++)
+            if (enqueue(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, scomm) != MPI_SUCCESS) errors++;
         break;
     }
 }
@@ -114,6 +121,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: group: ncclmpi_group_begin/end not found (libncclmpi not preloaded)\n", argv[0]);
         return 2;
     }
+    if (kind == K_ENQUEUE) {  /* a stream of the stand-in driver, attached to a communicator */
+        CUresult (*mkstream)(CUstream *, unsigned) = (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate");
+        int (*sethex)(MPI_Info, const char *, const void *, int) =
+            (int (*)(MPI_Info, const char *, const void *, int))dlsym(RTLD_DEFAULT, "MPIX_Info_set_hex");
+        int (*mk)(MPI_Info, MPIX_Stream *) = (int (*)(MPI_Info, MPIX_Stream *))dlsym(RTLD_DEFAULT, "MPIX_Stream_create");
+        int (*scc)(MPI_Comm, MPIX_Stream, MPI_Comm *) = (int (*)(MPI_Comm, MPIX_Stream, MPI_Comm *))dlsym(RTLD_DEFAULT, "MPIX_Stream_comm_create");
+        enqueue = (int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))dlsym(RTLD_DEFAULT, "MPIX_Allreduce_enqueue");
+        CUstream cs;
+        MPI_Info info;
+        MPIX_Stream ms;
+        if (!mkstream || !sethex || !mk || !scc || !enqueue || mkstream(&cs, 0)) {
+            fprintf(stderr, "%s: enqueue: no stream, or MPIX_* not found (libncclmpi not preloaded)\n", argv[0]);
+            return 2;
+        }
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "type", "cudaStream_t");
+        sethex(info, "value", &cs, sizeof(cs));
+        if (mk(info, &ms) != MPI_SUCCESS || scc(MPI_COMM_WORLD, ms, &scomm) != MPI_SUCCESS) return 2;
+        MPI_Info_free(&info);
+    }
     /* the first calls make the communicator's NCCL communicator: a nonblocking one marks it, the
      * next blocking collective creates it */
     const long first = kind == K_BURST || kind == K_GROUP ? BURST : 1;
@@ -122,7 +149,7 @@ int main(int argc, char **argv)
     dv_loop(kind, first);
     /* the route taken: ncclmpi_get_stats counts routes per function */
     int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
-    const char *fn = kind == K_BCAST ? "Bcast" : kind == K_ALLREDUCE ? "Allreduce" : "Iallreduce";
+    const char *fn = kind == K_BCAST ? "Bcast" : kind == K_ALLREDUCE || kind == K_ENQUEUE ? "Allreduce" : "Iallreduce";
     ncclmpi_stats_t s0, s1;
     int ok = get && get(fn, &s0) == 0;
     /* the stand-in driver counts the events recorded on the legacy stream (the points that order

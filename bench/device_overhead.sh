@@ -14,7 +14,7 @@
 # "of which stand-ins": the part spent inside the stand-in driver and NCCL (their own lookups);
 # the layer's own count is the difference.
 # Environment: LIB (the library to measure; default BUILD_DIR/.libs/libncclmpi.so),
-#   KINDS (default "allreduce bcast iallreduce burst group"), KEEP=1 keeps the callgrind
+#   KINDS (default "allreduce bcast iallreduce burst group enqueue"), KEEP=1 keeps the callgrind
 #   files, ANNOTATE=1 prints the top functions of the N2 run, NO_TIME=1 skips the timing.
 # Exit status: 0, or 2 on a setup error (valgrind missing, a call that did not take the NCCL route).
 set -u
@@ -23,7 +23,7 @@ case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0
 B=$(cd "$1" 2>/dev/null && pwd) || { echo "$0: no build directory $1" >&2; exit 2; }
 N1=${2:-640}
 N2=${3:-3200}
-KINDS=${KINDS:-allreduce bcast iallreduce burst group}
+KINDS=${KINDS:-allreduce bcast iallreduce burst group enqueue}
 make -C "$B" bench/device_overhead test/unit/libfakecuda.la test/unit/libfakenccl.la >/dev/null || exit 2
 prog="$B/bench/device_overhead"
 lib=${LIB:-$B/.libs/libncclmpi.so}  # LIB: another build of the library, to compare

@@ -47,6 +47,7 @@ struct Op {
     Task *task = nullptr;        // nonblocking: the task behind the user's request
     bool explicit_group = false; // issued inside ncclmpi_group_begin/end
     bool enqueued = false;       // MPIX_*_enqueue: launched on the application's stream, no task
+    CUstream enq_stream = nullptr;  // (that stream)
     bool oneshot = false;        // runs as a one-shot kernel (tl/oneshot), not as an NCCL call
     const volatile uint64_t *kdone = nullptr;  // completion flag its kernel writes (one-shot, solo)
     uint64_t kdone_ticket = 0;

@@ -28,7 +28,7 @@ struct Enqueue {
 };
 
 // The calling thread's enqueue call in progress, or nullptr (the common case).
-extern thread_local Enqueue *nm_enqueue_now;
+extern thread_local Enqueue *nm_enqueue_now __attribute__((tls_model("initial-exec")));
 
 // Whether a blocking call on an engine route can run on the enqueue's stream: no real-MPI part,
 // every buffer dense device memory, the stream in the context of the communicator's GPU.

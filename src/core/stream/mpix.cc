@@ -21,6 +21,7 @@
 #include "core/stream/enqueue.h"
 #include "interpose/interpose.h"
 #include "ncclmpi.h"
+#include "nm_impl.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "util/watchdog.h"
@@ -266,7 +267,7 @@ NM_API int MPIX_Stream_free(MPIX_Stream *stream)
 static int stream_comm_create(const char *call, MPI_Comm comm, int count, MPIX_Stream *streams, bool multiplex, MPI_Comm *newcomm)
 {
     if (!newcomm || count < 0 || (count > 0 && !streams)) return fail(call, MPI_ERR_ARG, "newcomm is NULL, or a bad stream list", comm);
-    int rc = MPI_Comm_dup(comm, newcomm);  // (ncclmpi's own: what a dup does for device use)
+    int rc = nm_impl_Comm_dup(comm, newcomm);  // (the wrapper's: what a dup does for device use)
     if (rc != MPI_SUCCESS) return rc;
     StreamComm *sc = new StreamComm;
     sc->multiplex = multiplex;
@@ -320,40 +321,40 @@ NM_API int MPIX_Allreduce_enqueue(const void *sendbuf, void *recvbuf, int count,
     if (nm_cfg.DISABLE && enqueue_sync(&e) != NM_OK)
         return fail(e.call, MPI_ERR_OTHER, "waiting for the work queued on its stream failed", comm);
     nm_enqueue_now = &e;  // dispatch launches it on the stream, or waits for the stream first
-    rc = MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    rc = nm_impl_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     nm_enqueue_now = nullptr;
     return rc;
 }
 
 NM_API int MPIX_Send_enqueue(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 {
-    return enqueue_after_stream("MPIX_Send_enqueue", comm, [&] { return MPI_Send(buf, count, datatype, dest, tag, comm); });
+    return enqueue_after_stream("MPIX_Send_enqueue", comm, [&] { return nm_impl_Send(buf, count, datatype, dest, tag, comm); });
 }
 
 NM_API int MPIX_Recv_enqueue(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)
 {
     return enqueue_after_stream("MPIX_Recv_enqueue", comm,
-                                [&] { return MPI_Recv(buf, count, datatype, source, tag, comm, status); });
+                                [&] { return nm_impl_Recv(buf, count, datatype, source, tag, comm, status); });
 }
 
 NM_API int MPIX_Isend_enqueue(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                               MPI_Request *request)
 {
     return enqueue_after_stream("MPIX_Isend_enqueue", comm,
-                                [&] { return MPI_Isend(buf, count, datatype, dest, tag, comm, request); });
+                                [&] { return nm_impl_Isend(buf, count, datatype, dest, tag, comm, request); });
 }
 
 NM_API int MPIX_Irecv_enqueue(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                               MPI_Request *request)
 {
     return enqueue_after_stream("MPIX_Irecv_enqueue", comm,
-                                [&] { return MPI_Irecv(buf, count, datatype, source, tag, comm, request); });
+                                [&] { return nm_impl_Irecv(buf, count, datatype, source, tag, comm, request); });
 }
 
 // The host completes the requests before returning: the stream's later work sees their data.
-NM_API int MPIX_Wait_enqueue(MPI_Request *request, MPI_Status *status) { return MPI_Wait(request, status); }
+NM_API int MPIX_Wait_enqueue(MPI_Request *request, MPI_Status *status) { return nm_impl_Wait(request, status); }
 
 NM_API int MPIX_Waitall_enqueue(int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[])
 {
-    return MPI_Waitall(count, array_of_requests, array_of_statuses);
+    return nm_impl_Waitall(count, array_of_requests, array_of_statuses);
 }
