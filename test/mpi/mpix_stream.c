@@ -7,7 +7,8 @@
  * computation; 64 enqueued calls in flight at once; enqueued calls interleaved with blocking and
  * nonblocking ones on the same communicator; a rank without a stream calling MPI_Allreduce
  * against the others' enqueued calls; enqueued point-to-point (Send/Recv, Isend/Irecv/Waitall, a
- * ring) with statuses; errors (no stream, a general stream, a stream info without its value).
+ * ring) with statuses; errors (no stream, a general stream, a stream info without its value);
+ * calls still in flight when the communicator is freed and the CUDA stream destroyed.
  * Where the communicator's route is NCCL's (one GPU per rank), the GPU build also holds the
  * stream with a wait on a host flag while the call is made: the call must return without waiting
  * for the stream (else the test hangs, a failure under its timeout).
@@ -79,6 +80,7 @@ static int hold_stream(void)
 }
 static void release_stream(void) { __atomic_store_n(flag, 1, __ATOMIC_RELEASE); }
 static int stream_busy(void) { return cudaStreamQuery(S) == cudaErrorNotReady; }
+static void stream_destroy(void) { if (cudaStreamDestroy(S) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) die("cudaStreamDestroy"); }
 #elif defined(NM_STAND_IN_TEST)
 #include "../unit/stand_in.h"
 typedef CUstream strm_t;
@@ -111,11 +113,14 @@ static int dev_init(int lrank)
     (void)lrank;
     void *h = stand_in_driver("mpix_stream", NBUF, BUFSZ, bufs);
     CUresult (*create)(CUstream *, unsigned) = h ? (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate") : NULL;
+    destroy_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy") : NULL;
     return create && create(&S, 0) == CUDA_SUCCESS;
 }
 static int hold_stream(void) { return 0; }
 static void release_stream(void) {}
 static int stream_busy(void) { return 0; }
+static CUresult (*destroy_fn)(CUstream);
+static void stream_destroy(void) { if (destroy_fn) destroy_fn(S); }
 #else
 #error "build with -DNM_GPU_TEST or -DNM_STAND_IN_TEST"
 #endif
@@ -461,7 +466,25 @@ int main(int argc, char **argv)
         }
     }
     MPI_Op_free(&usum);
-    OK(MPI_Comm_free(&sc));
+    /* ---- teardown: calls still in flight when the communicator (the stream's last reference) is
+     * freed and the CUDA stream destroyed, before MPI_Finalize ---- */
+    tcase = "teardown";
+    {
+        const int n = 1000;
+        int *h = host_new(n * sizeof(int)), *d = dev_new(n * sizeof(int));
+        for (int i = 0; i < n; i++) h[i] = (int)val(rank, i);
+        h2d(d, h, n * sizeof(int));
+        for (int k = 0; k < 5; k++) OK(p_MPIX_Allreduce_enqueue(MPI_IN_PLACE, d, n, MPI_INT, MPI_SUM, sc));
+        d2h(h, d, n * sizeof(int));
+        OK(MPI_Comm_free(&sc));
+        stream_destroy();  /* (the GPU build waits for the device after it) */
+        for (int i = 0; i < n; i++) {
+            int want = 0;
+            for (int r = 0; r < size; r++) want += (int)val(r, i);
+            for (int k = 1; k < 5; k++) want *= size;
+            if (h[i] != want) { EQ(h[i], want, "five in-place sums, element %d", i); break; }
+        }
+    }
 
     int fails = 0;
     long nchecks = 0;

@@ -657,6 +657,13 @@ static bool enq_batch_over(EnqBatch &b, bool *failed)
     return *failed;
 }
 
+void engine_enqueued_mark()
+{
+    if (!enq_unmarked_n.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> g(enq_mu);
+    enq_mark();
+}
+
 static void enqueued_reap(bool wait)
 {
     if (!wait && !enq_batched_n.load(std::memory_order_relaxed) && enq_unmarked_n.load(std::memory_order_relaxed) < kEnqBatch)

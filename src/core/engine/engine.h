@@ -93,6 +93,9 @@ nm_status_t engine_submit(Op *op, std::string *err);
 // blocking call would be, on s, and not waited for; finished at a later progress point or at
 // MPI_Finalize. Releases op on failure.
 nm_status_t engine_run_enqueued(Op *op, CUstream s, std::string *err);
+// Give every enqueued op launched so far its marker now (a stream is about to go: the last
+// reference to an MPIX stream object was dropped).
+void engine_enqueued_mark();
 
 // Flush points. Send the queued point-to-point envelopes (env_flush_sends) and launch every
 // queued operation of every communicator as a group of its own (agreement proposals of 1, whose

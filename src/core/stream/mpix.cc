@@ -44,9 +44,13 @@ thread_local Enqueue *nm_enqueue_now __attribute__((tls_model("initial-exec")));
 
 namespace {
 
+// The last reference gone, the application may destroy the CUDA stream: the operations enqueued
+// on it get their completion markers (events, which outlive the stream) now.
 void stream_release(ncclmpi_stream *s)
 {
-    if (s && s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete s;
+    if (!s || s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (s->gpu) engine_enqueued_mark();
+    delete s;
 }
 
 // A communicator's streams on this rank (one, or a multiplex communicator's list).
