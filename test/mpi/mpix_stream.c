@@ -88,6 +88,7 @@ static strm_t S;
 enum { NBUF = 16, BUFSZ = 4 << 20 };
 static CUdeviceptr bufs[NBUF];
 static int used[NBUF];
+static CUresult (*destroy_fn)(CUstream);
 static void *dev_new(size_t n)
 {
     for (int i = 0; i < NBUF && n <= BUFSZ; i++)
@@ -119,7 +120,6 @@ static int dev_init(int lrank)
 static int hold_stream(void) { return 0; }
 static void release_stream(void) {}
 static int stream_busy(void) { return 0; }
-static CUresult (*destroy_fn)(CUstream);
 static void stream_destroy(void) { if (destroy_fn) destroy_fn(S); }
 #else
 #error "build with -DNM_GPU_TEST or -DNM_STAND_IN_TEST"
