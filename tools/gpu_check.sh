@@ -12,7 +12,7 @@
 #   hazard  the hazard suite only
 #   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
 #           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
-#   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench, io_bench, rma_bench and classify_cost at
+#   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at
 #           one rank per GPU, timeslice_bench at two ranks per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
@@ -142,6 +142,8 @@ np=$ngpu
   timeout 240 $run -np "$np" ./bench/coll_bench -b 8 -e $emax -f 4 -o "$OUT/bench_np$np.csv" 2>&1
   echo "== p2p_bench np=$np"
   timeout 150 $run -np "$np" ./bench/p2p_bench -b 8 -e 32M -f 4 -o "$OUT/p2p_np$np.csv" 2>&1
+  echo "== stream_bench np=$np (MPIX_Allreduce_enqueue vs raw NCCL on the stream vs blocking MPI_Allreduce)"
+  timeout 150 $run -np "$np" ./bench/stream_bench -b 8 -e 8M -f 16 -k 16 -r 200 -o "$OUT/stream_np$np.csv" 2>&1
   echo "== io_bench np=$np (MPI-IO of device buffers, files in /tmp)"
   timeout 150 $run -np "$np" ./bench/io_bench -b 1M -e 256M -f 4 -n 7 -d /tmp -o "$OUT/io_np$np.csv" 2>&1
   echo "== rma_bench np=$np (one-sided puts on device data: CUDA IPC vs copying by hand)"
