@@ -11,7 +11,9 @@
  * calls still in flight when the communicator is freed and the CUDA stream destroyed.
  * Where the communicator's route is NCCL's (one GPU per rank), the GPU build also holds the
  * stream with a wait on a host flag while the call is made: the call must return without waiting
- * for the stream (else the test hangs, a failure under its timeout).
+ * for the stream; and rank 0 sends rank 1 a synchronous host message after its enqueued call,
+ * which rank 1 receives before its own (both hang, a failure under the test's timeout, if the
+ * call waits).
  *
  * Built two ways: -DNM_GPU_TEST (CUDA runtime, a non-blocking stream) and -DNM_STAND_IN_TEST (the
  * stand-in driver of test/unit: memory it tracks, copies done at once). Skips (77) without a GPU
@@ -354,6 +356,7 @@ int main(int argc, char **argv)
 
     /* ---- the stream held by the host while the call is made (NCCL route only) ---- */
     tcase = "held stream";
+    int nccl = 0;  /* the communicator's route is NCCL's (agreed: the same on every rank) */
     {
         const unsigned long long before = route_calls("Allreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Allreduce", NCCLMPI_ROUTE_ONESHOT);
         double *d = dev_new(64 * sizeof(double)), *h = host_new(64 * sizeof(double));
@@ -361,7 +364,7 @@ int main(int argc, char **argv)
         h2d(d, h, 64 * sizeof(double));
         sync_stream();
         OK(MPI_Allreduce(MPI_IN_PLACE, d, 64, MPI_DOUBLE, MPI_MAX, sc));  /* which route? (agreed) */
-        const int nccl = route_calls("Allreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Allreduce", NCCLMPI_ROUTE_ONESHOT) > before;
+        nccl = route_calls("Allreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Allreduce", NCCLMPI_ROUTE_ONESHOT) > before;
         int held = nccl && hold_stream(), all_held = 0;
         MPI_Allreduce(&held, &all_held, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         if (held && !all_held) release_stream();
@@ -379,6 +382,31 @@ int main(int argc, char **argv)
             }
         }
         if (rank == 0) printf("mpix_stream: route %s; held-stream case %s\n", nccl ? "NCCL" : "not NCCL", all_held ? "run" : "not run");
+    }
+
+    /* ---- host messages crossing enqueued calls (NCCL route only: there the call returns at once,
+     * so rank 0's synchronous send after its call meets rank 1's receive before rank 1's call) ---- */
+    tcase = "crossing";
+    if (nccl && size > 1) {
+        const int n = 4096;
+        int *h = host_new(n * sizeof(int)), *d = dev_new(n * sizeof(int)), token = 0;
+        for (int i = 0; i < n; i++) h[i] = (int)val(rank, i);
+        h2d(d, h, n * sizeof(int));
+        if (rank == 1) OK(MPI_Recv(&token, 1, MPI_INT, 0, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(p_MPIX_Allreduce_enqueue(MPI_IN_PLACE, d, n, MPI_INT, MPI_SUM, sc));
+        if (rank == 0) {
+            token = 42;
+            OK(MPI_Ssend(&token, 1, MPI_INT, 1, 99, MPI_COMM_WORLD));
+        }
+        d2h(h, d, n * sizeof(int));
+        sync_stream();
+        if (rank == 1) EQ(token, 42, "the host message");
+        for (int i = 0; i < n; i++) {
+            int want = 0;
+            for (int r = 0; r < size; r++) want += (int)val(r, i);
+            if (h[i] != want) { EQ(h[i], want, "crossing, element %d", i); break; }
+        }
+        dev_free(d), host_free(h);
     }
 
     /* ---- a rank without a stream calls MPI_Allreduce against the others' enqueued calls ---- */

@@ -59,8 +59,8 @@ struct StreamComm {
     bool multiplex = false;
 };
 
-int keyval = MPI_KEYVAL_INVALID;
-std::once_flag keyval_once;
+std::atomic<int> keyval{MPI_KEYVAL_INVALID};
+std::mutex keyval_mu;
 
 int copy_fn(MPI_Comm, int, void *, void *in, void *out, int *flag)
 {
@@ -81,10 +81,16 @@ int delete_fn(MPI_Comm, int, void *v, void *)
     return MPI_SUCCESS;
 }
 
-int stream_keyval()
+int stream_keyval()  // (no std::call_once: it sets thread-locals on every call)
 {
-    std::call_once(keyval_once, [] { PMPI_Comm_create_keyval(copy_fn, delete_fn, &keyval, nullptr); });
-    return keyval;
+    int k = keyval.load(std::memory_order_acquire);
+    if (k != MPI_KEYVAL_INVALID) return k;
+    std::lock_guard<std::mutex> g(keyval_mu);
+    if ((k = keyval.load(std::memory_order_relaxed)) == MPI_KEYVAL_INVALID) {
+        PMPI_Comm_create_keyval(copy_fn, delete_fn, &k, nullptr);
+        keyval.store(k, std::memory_order_release);
+    }
+    return k;
 }
 
 const StreamComm *stream_comm(MPI_Comm comm)
@@ -281,7 +287,7 @@ static int stream_comm_create(const char *call, MPI_Comm comm, int count, MPIX_S
     }
     if (sc->local.empty()) sc->local.push_back(nullptr);
     if ((rc = PMPI_Comm_set_attr(*newcomm, stream_keyval(), sc)) != MPI_SUCCESS) {
-        delete_fn(*newcomm, keyval, sc, nullptr);
+        delete_fn(*newcomm, stream_keyval(), sc, nullptr);
         return rc;
     }
     // every rank of comm is here: make the NCCL communicator now where every rank has a CUDA
