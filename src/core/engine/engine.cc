@@ -580,10 +580,11 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
 
 // ---- operations enqueued on the application's stream (MPIX_*_enqueue) ---------------------------
 // Nothing waits for them, and a marker per launch would cost more than the launch (a stream
-// memory write 1-2.5 us, an event record 0.3-0.45 us): launched ops wait unmarked, and now and
-// then (every kEnqBatch launches, at the process's progress points) one event per stream marks
-// every op launched on it so far. An op is finished when its batch's event has completed (or its
-// communicator failed): at a later progress point, at the latest at MPI_Finalize.
+// memory write 1-2.5 us, an event record 0.3-0.45 us; an event query 1.3 us): launched ops wait
+// unmarked, and now and then (every kEnqBatch launches, at the process's progress points) one
+// event per stream marks every op launched on it so far. An op is finished when its batch's event
+// has completed (or its communicator failed): at a later progress point, at the latest at
+// MPI_Finalize.
 namespace {
 constexpr size_t kEnqBatch = 32;
 struct EnqBatch {
@@ -664,14 +665,20 @@ void engine_enqueued_mark()
     enq_mark();
 }
 
-static void enqueued_reap(bool wait)
+// When: LAUNCH (an enqueue call: only once kEnqBatch ops wait unmarked, so that a host running
+// ahead of its stream does not query an event per call), PROGRESS (a progress point of the
+// application's: mark what is unmarked, finish what is over), WAIT (MPI_Finalize: all, to the end).
+enum class Reap { LAUNCH, PROGRESS, WAIT };
+static void enqueued_reap(Reap when)
 {
-    if (!wait && !enq_batched_n.load(std::memory_order_relaxed) && enq_unmarked_n.load(std::memory_order_relaxed) < kEnqBatch)
+    const bool wait = when == Reap::WAIT;
+    const size_t unmarked = enq_unmarked_n.load(std::memory_order_relaxed);
+    if (when == Reap::LAUNCH ? unmarked < kEnqBatch : !wait && !unmarked && !enq_batched_n.load(std::memory_order_relaxed))
         return;  // nothing due
     std::unique_lock<std::mutex> g(enq_mu, std::defer_lock);
     if (wait) g.lock();
     else if (!g.try_lock()) return;
-    if (wait || enq_unmarked.size() >= kEnqBatch) enq_mark();
+    enq_mark();
     for (unsigned spin = 0; !enq_batches.empty(); spin++) {
         bool failed = false;
         EnqBatch &b = enq_batches.front();
@@ -696,7 +703,7 @@ static void enqueued_reap(bool wait)
 nm_status_t engine_run_enqueued(Op *op, CUstream s, std::string *err)
 {
     CommState *cs = op->cs;
-    enqueued_reap(false);
+    enqueued_reap(Reap::LAUNCH);
     if (group_depth > 0) {  // as a blocking call: ends the explicit group (every rank does the same)
         nm_status_t st = launch_explicit(err);
         if (st != NM_OK) { op_put(op); return st; }
@@ -881,11 +888,7 @@ void op_finish(Op *op, bool failed)
 void engine_progress()
 {
     if (!leftovers.load(std::memory_order_relaxed)) return;
-    {  // a progress point of the application's: the enqueued ops so far get their markers
-        std::unique_lock<std::mutex> g(enq_mu, std::try_to_lock);
-        if (g.owns_lock() && !enq_unmarked.empty()) enq_mark();
-    }
-    enqueued_reap(false);
+    enqueued_reap(Reap::PROGRESS);  // (the enqueued ops so far get their markers)
     {
         std::unique_lock<std::mutex> g(background_mu, std::try_to_lock);
         for (size_t i = 0; g.owns_lock() && i < background.size();) {
@@ -918,7 +921,7 @@ void engine_drain()
 {
     // MPI_Finalize: the operations enqueued on streams run to their end (every rank enqueued
     // the same ones)
-    enqueued_reap(true);
+    enqueued_reap(Reap::WAIT);
     // every rank started the same rounds and is here, so waiting ends
     std::lock_guard<std::mutex> g(background_mu);
     for (Background &b : background) {
