@@ -93,16 +93,11 @@ static int used[NBUF];
 static CUresult (*destroy_fn)(CUstream);
 static void *dev_new(size_t n)
 {
-    for (int i = 0; i < NBUF && n <= BUFSZ; i++)
-        if (!used[i]) return used[i] = 1, (void *)(uintptr_t)bufs[i];
-    MPI_Abort(MPI_COMM_WORLD, 2);
-    return NULL;
+    void *p = stand_in_take(bufs, used, NBUF, BUFSZ, n);
+    if (!p) MPI_Abort(MPI_COMM_WORLD, 2);
+    return p;
 }
-static void dev_free(void *p)
-{
-    for (int i = 0; i < NBUF; i++)
-        if ((void *)(uintptr_t)bufs[i] == p) used[i] = 0;
-}
+static void dev_free(void *p) { stand_in_give(bufs, used, NBUF, p); }
 static void host_free(void *p) { free(p); }
 static void *host_new(size_t n) { return malloc(n); }
 static void h2d(void *d, const void *h, size_t n) { memcpy(d, h, n); }

@@ -56,16 +56,11 @@ static CUdeviceptr bufs[NBUF];
 static int used[NBUF];
 static void *dev_new(size_t n)
 {
-    for (int i = 0; i < NBUF && n <= BUFSZ; i++)
-        if (!used[i]) return used[i] = 1, (void *)(uintptr_t)bufs[i];
-    MPI_Abort(MPI_COMM_WORLD, 2);
-    return NULL;
+    void *p = stand_in_take(bufs, used, NBUF, BUFSZ, n);
+    if (!p) MPI_Abort(MPI_COMM_WORLD, 2);
+    return p;
 }
-static void dev_free(void *p)
-{
-    for (int i = 0; i < NBUF; i++)
-        if ((void *)(uintptr_t)bufs[i] == p) used[i] = 0;
-}
+static void dev_free(void *p) { stand_in_give(bufs, used, NBUF, p); }
 static void to_dev(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static void from_dev(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static int dev_init(int r)

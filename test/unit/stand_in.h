@@ -6,6 +6,7 @@
 #define NM_TEST_STAND_IN_H
 #include <cuda.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,5 +26,19 @@ static inline void *stand_in_driver(const char *prog, int n, size_t bytes, CUdev
         return NULL;
     }
     return h;
+}
+
+/* The buffers stand_in_driver allocated as a pool for dev_new/dev_free: a free one (of `bufsz`
+ * bytes, at least n) taken, or NULL; given back by address. */
+static inline void *stand_in_take(CUdeviceptr *bufs, int *used, int nbuf, size_t bufsz, size_t n)
+{
+    for (int i = 0; i < nbuf && n <= bufsz; i++)
+        if (!used[i]) return used[i] = 1, (void *)(uintptr_t)bufs[i];
+    return NULL;
+}
+static inline void stand_in_give(const CUdeviceptr *bufs, int *used, int nbuf, const void *p)
+{
+    for (int i = 0; i < nbuf; i++)
+        if ((const void *)(uintptr_t)bufs[i] == p) used[i] = 0;
 }
 #endif
