@@ -24,7 +24,6 @@ struct Enqueue {
     CUcontext ctx;     // the stream's context
     const char *call;  // "MPIX_Allreduce_enqueue"
     bool direct;       // set by dispatch: launched on the stream (nothing waited for)
-    bool synced;       // set by dispatch: the stream's work so far was waited for
 };
 
 // The calling thread's enqueue call in progress, or nullptr (the common case).

@@ -186,7 +186,6 @@ bool enqueue_direct_ok(const Enqueue *e, const CommState *cs, const BufRef *b, i
 
 nm_status_t enqueue_sync(Enqueue *e)
 {
-    e->synced = true;
     CUresult q = cu.cuStreamQuery(e->stream);
     if (q == CUDA_SUCCESS) return NM_OK;
     WaitWatch w(e->call, "for the work queued on its stream before it");
