@@ -8,7 +8,8 @@
  * nonblocking ones on the same communicator; a rank without a stream calling MPI_Allreduce
  * against the others' enqueued calls; enqueued point-to-point (Send/Recv, Isend/Irecv/Waitall, a
  * ring) with statuses; errors (no stream, a general stream, a stream info without its value);
- * calls still in flight when the communicator is freed and the CUDA stream destroyed.
+ * calls still in flight when the communicator is freed and the CUDA stream destroyed; with
+ * MPIX_STREAM_THREADS=1, two threads enqueueing on communicators of their own at once.
  * Where the communicator's route is NCCL's (one GPU per rank), the GPU build also holds the
  * stream with a wait on a host flag while the call is made: the call must return without waiting
  * for the stream; and rank 0 sends rank 1 a synchronous host message after its enqueued call,
@@ -20,6 +21,7 @@
  * or the stand-in, or without ncclmpi in the process. 1 to 4 ranks. */
 #include <mpi.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +61,13 @@ static void poison_dev(void *d, size_t n) { if (cudaMemsetAsync(d, 0xA5, n, S) !
 static void h2d_now(void *d, const void *h, size_t n) { if (cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) die("copy in"); }
 static void d2h_now(void *h, const void *d, size_t n) { if (cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost) != cudaSuccess) die("copy out"); }
 static void sync_stream(void) { if (cudaStreamSynchronize(S) != cudaSuccess) die("cudaStreamSynchronize"); }
+static strm_t new_stream(void)
+{
+    strm_t t;
+    if (cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking) != cudaSuccess) die("cudaStreamCreate");
+    return t;
+}
+static void sync_on(strm_t t) { if (cudaStreamSynchronize(t) != cudaSuccess) die("cudaStreamSynchronize"); }
 static int dev_init(int lrank)
 {
     int n = 0;
@@ -106,13 +115,21 @@ static void poison_dev(void *d, size_t n) { memset(d, 0xA5, n); }
 static void h2d_now(void *d, const void *h, size_t n) { memcpy(d, h, n); }
 static void d2h_now(void *h, const void *d, size_t n) { memcpy(h, d, n); }
 static void sync_stream(void) {}
+static CUresult (*create_fn)(CUstream *, unsigned);
+static strm_t new_stream(void)
+{
+    strm_t t = NULL;
+    if (!create_fn || create_fn(&t, 0)) MPI_Abort(MPI_COMM_WORLD, 2);
+    return t;
+}
+static void sync_on(strm_t t) { (void)t; }
 static int dev_init(int lrank)
 {
     (void)lrank;
     void *h = stand_in_driver("mpix_stream", NBUF, BUFSZ, bufs);
-    CUresult (*create)(CUstream *, unsigned) = h ? (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate") : NULL;
+    create_fn = h ? (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate") : NULL;
     destroy_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy") : NULL;
-    return create && create(&S, 0) == CUDA_SUCCESS;
+    return create_fn && create_fn(&S, 0) == CUDA_SUCCESS;
 }
 static int hold_stream(void) { return 0; }
 static void release_stream(void) {}
@@ -223,9 +240,76 @@ static void allreduce_case(MPI_Comm sc, int type, int n, MPI_Op op, int inplace,
     host_free(hin), host_free(hout);
 }
 
+/* MPIX_STREAM_THREADS=1 (MPI_THREAD_MULTIPLE): two threads, each with a stream and a communicator of
+ * its own, enqueue allreduces at once; odd ranks start the second thread first */
+enum { TH_N = 3000, TH_ITERS = 40 };
+struct th {
+    MPI_Comm comm;
+    strm_t stream;
+    int *d;  /* TH_N ints of device memory (taken before the threads start) */
+    int id, bad;
+};
+static void *th_body(void *arg)
+{
+    struct th *t = arg;
+    int *h = malloc(TH_N * sizeof(int)), *d = t->d;
+    for (int it = 0; it < TH_ITERS; it++) {
+        for (int i = 0; i < TH_N; i++) h[i] = (int)val(rank, i + it + 7 * t->id);
+        h2d_now(d, h, TH_N * sizeof(int));
+        if (p_MPIX_Allreduce_enqueue(MPI_IN_PLACE, d, TH_N, MPI_INT, MPI_SUM, t->comm) != MPI_SUCCESS) t->bad++;
+        sync_on(t->stream);
+        d2h_now(h, d, TH_N * sizeof(int));
+        for (int i = 0; i < TH_N; i++) {
+            int want = 0;
+            for (int r = 0; r < size; r++) want += (int)val(r, i + it + 7 * t->id);
+            if (h[i] != want) { t->bad++; break; }
+        }
+    }
+    free(h);
+    return NULL;
+}
+static void threads_case(void)
+{
+    tcase = "threads";
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+        if (rank == 0) printf("mpix_stream: threads case not run (MPI_THREAD_MULTIPLE not provided)\n");
+        return;
+    }
+    struct th t[2];
+    pthread_t tid[2];
+    for (int k = 0; k < 2; k++) {  /* (communicators made in the same order on every rank) */
+        MPI_Info info;
+        MPIX_Stream ms;
+        t[k].stream = new_stream(), t[k].id = k, t[k].bad = 0, t[k].d = dev_new(TH_N * sizeof(int));
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "type", "cudaStream_t");
+        p_MPIX_Info_set_hex(info, "value", &t[k].stream, sizeof(t[k].stream));
+        OK(p_MPIX_Stream_create(info, &ms));
+        OK(p_MPIX_Stream_comm_create(MPI_COMM_WORLD, ms, &t[k].comm));
+        p_MPIX_Stream_free(&ms);
+        MPI_Info_free(&info);
+    }
+    for (int k = 0; k < 2; k++) {
+        const int j = rank % 2 ? 1 - k : k;
+        pthread_create(&tid[j], NULL, th_body, &t[j]);
+    }
+    for (int k = 0; k < 2; k++) {
+        pthread_join(tid[k], NULL);
+        EQ(t[k].bad, 0, "thread %d: failed calls or wrong sums", k);
+        MPI_Comm_free(&t[k].comm);
+    }
+    if (rank == 0) printf("mpix_stream: threads case run\n");
+}
+
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    const char *thr = getenv("MPIX_STREAM_THREADS");
+    const int threads = thr && *thr == '1';
+    int provided;
+    if (threads) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    else MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm node;
@@ -489,6 +573,7 @@ int main(int argc, char **argv)
         }
     }
     MPI_Op_free(&usum);
+    if (threads) threads_case();
     /* ---- teardown: calls still in flight when the communicator (the stream's last reference) is
      * freed and the CUDA stream destroyed, before MPI_Finalize ---- */
     tcase = "teardown";

@@ -3,7 +3,7 @@
 # driver and NCCL: at 1 rank the communicator has the stand-in's NCCL communicator (enqueued
 # allreduces launched on the stream), at 2 and 3 ranks the staged path (enqueued calls wait for
 # the stream, then run as their blocking forms); the same with NCCLMPI_DISABLE=1 (every call the
-# real MPI's, after the stream).
+# real MPI's, after the stream); two threads at once under MPI_THREAD_MULTIPLE.
 b=$1
 d="$b/mpix_stream_test"
 prog="$b/test/unit/mpix_stream_prog"
@@ -14,4 +14,8 @@ for np in 1 2 3; do
   stand_in_run mpix_stream "$b" "$d" "default settings" $np "$prog" || fail=1
 done
 NCCLMPI_DISABLE=1 stand_in_run mpix_stream "$b" "$d" "NCCLMPI_DISABLE=1" 2 "$prog" || fail=1
+# two threads enqueueing on communicators of their own (MPI_THREAD_MULTIPLE)
+for np in 1 2; do
+  MPIX_STREAM_THREADS=1 stand_in_run mpix_stream "$b" "$d" "two threads" $np "$prog" || fail=1
+done
 exit $fail
