@@ -46,7 +46,6 @@ void Op::reset()
     order_ev = nullptr;
     task = nullptr;
     explicit_group = false;
-    enqueued = false;
     enq_stream = nullptr;
     oneshot = false;
     kdone = nullptr;
@@ -187,7 +186,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     pg->last_stream = s;
     // order after the application's work: the last op's recorded point covers the earlier ones
     // (an enqueued op is on the application's own stream: in its order already)
-    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER && !ops[n - 1]->enqueued) {
+    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER && !ops[n - 1]->enqueued()) {
         CUevent ord = ops[n - 1]->order_ev;
         CUevent tmp = nullptr;
         if (!ord) {
@@ -235,7 +234,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     Completion *d = nullptr;
     if (st == NM_OK) {
         d = completion_get(pg, n);
-        if (ops[n - 1]->enqueued) {
+        if (ops[n - 1]->enqueued()) {
             // no marker per op: enqueued ops are marked in batches (engine_run_enqueued)
         } else if (n == 1 && ops[0]->kdone) {  // written by the op's kernel (one-shot)
             d->flag = ops[0]->kdone;
@@ -695,8 +694,7 @@ static void enqueued_reap(Reap when)
             continue;
         }
         if (!wait) break;
-        if ((spin & 15) == 15) mpi_progress();
-        if ((spin & 1023) == 1023) sched_yield();
+        wait_step(spin);
     }
 }
 
@@ -709,7 +707,6 @@ nm_status_t engine_run_enqueued(Op *op, CUstream s, std::string *err)
         if (st != NM_OK) { op_put(op); return st; }
     }
     if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0) engine_flush_all_except(cs);
-    op->enqueued = true;
     op->enq_stream = s;
     cs->refs.fetch_add(1, std::memory_order_relaxed);  // released when the op is finished
     nm_status_t st;
@@ -880,7 +877,7 @@ void op_finish(Op *op, bool failed)
     }
     for (auto &b : op->bounce) pinned_put(b.first, b.second);
     op->bounce.clear();
-    bool nb = op->task != nullptr || op->enqueued;
+    bool nb = op->task != nullptr || op->enqueued();
     op_put(op);
     if (nb) comm_release(cs);
 }

@@ -12,6 +12,7 @@
 #ifndef NM_CORE_ENGINE_H
 #define NM_CORE_ENGINE_H
 #include <mpi.h>
+#include <sched.h>
 
 #include <mutex>
 #include <string>
@@ -127,6 +128,12 @@ void op_finish(Op *op, bool failed);
 
 // Make the real MPI progress (ranks that wait on the GPU must keep it moving).
 void mpi_progress();
+// One turn of a host wait on the GPU: the real MPI every 16 turns, the CPU yielded every 1024.
+inline void wait_step(unsigned spin)
+{
+    if ((spin & 15) == 15) mpi_progress();
+    if ((spin & 1023) == 1023) sched_yield();
+}
 
 }  // namespace ncclmpi
 #endif

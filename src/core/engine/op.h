@@ -46,8 +46,8 @@ struct Op {
     CUevent order_ev = nullptr;  // the application's work this op follows (nonblocking calls)
     Task *task = nullptr;        // nonblocking: the task behind the user's request
     bool explicit_group = false; // issued inside ncclmpi_group_begin/end
-    bool enqueued = false;       // MPIX_*_enqueue: launched on the application's stream, no task
-    CUstream enq_stream = nullptr;  // (that stream)
+    CUstream enq_stream = nullptr;  // MPIX_*_enqueue: the application's stream it is launched on
+                                    // (no task); nullptr otherwise
     bool oneshot = false;        // runs as a one-shot kernel (tl/oneshot), not as an NCCL call
     const volatile uint64_t *kdone = nullptr;  // completion flag its kernel writes (one-shot, solo)
     uint64_t kdone_ticket = 0;
@@ -66,6 +66,7 @@ struct Op {
     // any thread may poll
     std::atomic<bool> launched{false};
     bool is_launched() const { return launched.load(std::memory_order_acquire); }
+    bool enqueued() const { return enq_stream != nullptr; }
 
     void reset();  // back to a fresh op, keeping the vectors' capacity
     MPI_Datatype type(int which) const { return which ? (rdup != MPI_DATATYPE_NULL ? rdup : o.rtype) : (sdup != MPI_DATATYPE_NULL ? sdup : o.stype); }

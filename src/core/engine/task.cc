@@ -103,15 +103,24 @@ int nm_error_class(nm_status_t st)
     }
 }
 
-int nm_raise_error(int fn, nm_status_t st, const char *why, MPI_Comm comm, MPI_File fh)
+int nm_raise_call(const char *call, int cls, const char *why, MPI_Comm comm, MPI_File fh, MPI_Win win)
 {
     char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s (%s)", nm_fn_names[fn], why, nm_status_str(st));
+    snprintf(msg, sizeof(msg), "ncclmpi: %s: %s", call, why);
     NM_WARN(CALL, "%s", msg + 9);
-    const int code = nm_error_code(nm_error_class(st), msg);
+    const int code = nm_error_code(cls, msg);
     if (fh != MPI_FILE_NULL) PMPI_File_call_errhandler(fh, code);
+    else if (win != MPI_WIN_NULL) PMPI_Win_call_errhandler(win, code);
     else PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
     return code;
+}
+
+int nm_raise_error(int fn, nm_status_t st, const char *why, MPI_Comm comm, MPI_File fh)
+{
+    char call[64], what[MPI_MAX_ERROR_STRING];
+    snprintf(call, sizeof(call), "MPI_%s", nm_fn_names[fn]);
+    snprintf(what, sizeof(what), "%s (%s)", why, nm_status_str(st));
+    return nm_raise_call(call, nm_error_class(st), what, comm, fh);
 }
 
 int nm_error_code(int cls, const char *msg)

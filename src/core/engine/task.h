@@ -101,6 +101,11 @@ int nm_error_class(nm_status_t st);
 // MPI_<fn>: why (st)", logged, raised through the error handler of file fh when there is one,
 // else of comm (MPI_COMM_WORLD's when null). Returns the error code.
 int nm_raise_error(int fn, nm_status_t st, const char *why, MPI_Comm comm, MPI_File fh = MPI_FILE_NULL);
+// What every error of ncclmpi's own goes through: a code of class cls with the message "ncclmpi:
+// call: why", logged, raised through the error handler of fh, else win, else comm (else
+// MPI_COMM_WORLD's). Returns the error code.
+int nm_raise_call(const char *call, int cls, const char *why, MPI_Comm comm, MPI_File fh = MPI_FILE_NULL,
+                  MPI_Win win = MPI_WIN_NULL);
 
 }  // namespace ncclmpi
 #endif

@@ -29,8 +29,9 @@
 #define NM_API extern "C" __attribute__((visibility("default")))
 
 struct ncclmpi_stream {
-    bool gpu = false;          // wraps a cudaStream_t ("type" "cudaStream_t")
-    CUstream stream = nullptr;  // (the default stream as CU_STREAM_LEGACY)
+    CUstream stream = nullptr;  // the cudaStream_t it wraps (the default stream as
+                                // CU_STREAM_LEGACY); nullptr: a general stream
+    bool gpu() const { return stream != nullptr; }
     CUcontext ctx = nullptr;
     int device = -1;
     std::atomic<int> refs{1};  // the handle, and each communicator it is attached to
@@ -49,7 +50,7 @@ namespace {
 void stream_release(ncclmpi_stream *s)
 {
     if (!s || s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (s->gpu) engine_enqueued_mark();
+    if (s->gpu()) engine_enqueued_mark();
     delete s;
 }
 
@@ -103,12 +104,7 @@ const StreamComm *stream_comm(MPI_Comm comm)
 
 int fail(const char *call, int cls, const std::string &why, MPI_Comm comm = MPI_COMM_WORLD)
 {
-    char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: %s: %s", call, why.c_str());
-    NM_WARN(CALL, "%s", msg + 9);
-    const int code = nm_error_code(cls, msg);
-    PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
-    return code;
+    return nm_raise_call(call, cls, why.c_str(), comm);
 }
 
 int hexval(char c)
@@ -148,7 +144,7 @@ int enqueue_begin(const char *call, MPI_Comm comm, Enqueue *e)
     memset(e, 0, sizeof(*e));
     e->call = call;
     const StreamComm *sc = stream_comm(comm);
-    if (!sc || sc->multiplex || sc->local.size() != 1 || !sc->local[0] || !sc->local[0]->gpu)
+    if (!sc || sc->multiplex || sc->local.size() != 1 || !sc->local[0] || !sc->local[0]->gpu())
         return fail(call, MPI_ERR_ARG,
                     sc && sc->multiplex ? "the communicator has several streams (MPIX_Stream_comm_create_multiplex); "
                                           "enqueue calls need one, from MPIX_Stream_comm_create"
@@ -189,9 +185,8 @@ nm_status_t enqueue_sync(Enqueue *e)
     CUresult q = cu.cuStreamQuery(e->stream);
     if (q == CUDA_SUCCESS) return NM_OK;
     WaitWatch w(e->call, "for the work queued on its stream before it");
-    for (unsigned spin = 1; q == CUDA_ERROR_NOT_READY; spin++) {
-        if ((spin & 15) == 0) mpi_progress();  // (NCCL's advice: poll, keep MPI moving)
-        if ((spin & 1023) == 0) sched_yield();
+    for (unsigned spin = 0; q == CUDA_ERROR_NOT_READY; spin++) {  // (NCCL's advice: poll, keep MPI moving)
+        wait_step(spin);
         q = cu.cuStreamQuery(e->stream);
     }
     if (q != CUDA_SUCCESS) NM_ERROR(CALL, "%s: cuStreamQuery: %s", e->call, cuda_errstr(q));
@@ -253,7 +248,6 @@ NM_API int MPIX_Stream_create(MPI_Info info, MPIX_Stream *stream)
             delete s;
             return fail(call, MPI_ERR_ARG, std::string("the cudaStream_t is not a usable CUDA stream (") + (r != CUDA_SUCCESS ? cuda_errstr(r) : "no current context") + ")");
         }
-        s->gpu = true;
         s->stream = cs;
         s->ctx = ctx;
         s->device = (int)dev;
@@ -291,7 +285,7 @@ static int stream_comm_create(const char *call, MPI_Comm comm, int count, MPIX_S
     }
     // every rank of comm is here: make the NCCL communicator now where every rank has a CUDA
     // stream, so that no enqueued call has to (a creation waits for every rank)
-    if (!multiplex) nm_stream_comm_connect(*newcomm, sc->local[0] && sc->local[0]->gpu ? sc->local[0]->device : -1);
+    if (!multiplex) nm_stream_comm_connect(*newcomm, sc->local[0] && sc->local[0]->gpu() ? sc->local[0]->device : -1);
     return MPI_SUCCESS;
 }
 

@@ -130,14 +130,10 @@ Win *find(MPI_Win w)
 // the call and the reason.
 int raise(int fn, int cls, const std::string &why, MPI_Win win, MPI_Comm comm = MPI_COMM_NULL)
 {
-    char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: %s", nm_fn_names[fn], why.c_str());
-    NM_WARN(CALL, "%s", msg + 9);
+    char call[64];
+    snprintf(call, sizeof(call), "MPI_%s", nm_fn_names[fn]);
     NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_ERROR);
-    const int code = nm_error_code(cls, msg);
-    if (win != MPI_WIN_NULL) PMPI_Win_call_errhandler(win, code);
-    else PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
-    return code;
+    return nm_raise_call(call, cls, why.c_str(), comm, MPI_FILE_NULL, win);
 }
 
 // Mapped peer allocations, by handle: two windows on one allocation share one mapping.
