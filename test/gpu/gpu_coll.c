@@ -504,6 +504,17 @@ int main(int argc, char **argv)
          * ops and types the kernels lack stay staged) */
         const char *es = getenv("NM_EXPECT_SHARED");
         if (es && es[0] == '1' && !distinct && !forced && s.ipc == 0) route_bad = 1;
+        /* ... and so do the other blocking collectives of equal blocks */
+        static const char *const on_gpu[] = {"Reduce", "Bcast", "Allgather", "Alltoall", "Gather", "Scatter",
+                                             "Reduce_scatter_block"};
+        for (size_t i = 0; es && es[0] == '1' && !distinct && !forced && i < sizeof(on_gpu) / sizeof(on_gpu[0]); i++) {
+            nm_stats_view_t v = gpu_stats(on_gpu[i]);
+            if (v.calls != (unsigned long long)-1 && v.ipc == 0) {
+                fprintf(stderr, "[rank %d] FAIL routes: no MPI_%s ran on the shared GPU (staged=%llu host=%llu)\n", rank,
+                        on_gpu[i], v.route[NCCLMPI_ROUTE_STAGED], v.route[NCCLMPI_ROUTE_HOST]);
+                route_bad = 1;
+            }
+        }
         if (route_bad)
             fprintf(stderr, "[rank %d] FAIL routes: Allreduce nccl=%llu oneshot=%llu ipc=%llu staged=%llu host=%llu (distinct GPUs: %d, "
                     "split size %d, NCCL expected: %d)\n", rank, s.route[NCCLMPI_ROUTE_NCCL], s.oneshot, s.ipc, s.route[NCCLMPI_ROUTE_STAGED],
@@ -512,6 +523,13 @@ int main(int argc, char **argv)
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0 && s.ipc) { /* what ran on the shared GPU, by call */
+        static const char *const fns[] = {"Allreduce", "Reduce", "Bcast", "Allgather", "Alltoall", "Gather", "Scatter",
+                                          "Reduce_scatter_block"};
+        printf("gpu_coll: on the shared GPU:");
+        for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) printf(" %s %llu", fns[i], gpu_stats(fns[i]).ipc);
+        printf("\n");
+    }
     if (rank == 0)
         printf("gpu_coll: %d ranks, %d GPU(s), %s, %d cases per rank, %d failure(s); Allreduce routes nccl=%llu oneshot=%llu "
                "ipc=%llu staged=%llu\n", size, ndev, distinct ? "one GPU per rank" : "ranks share GPUs", cases, total,

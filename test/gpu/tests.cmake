@@ -52,6 +52,12 @@ add_test(gpu_misc_np2_eager ${GRUN} 2 "${B}/test/gpu/gpu_misc")
 set_tests_properties(gpu_misc_np2_eager PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_EAGER=1")
 
+# per-rank layouts and signatures on the shared GPU's path (every size, small slots: many chunks)
+foreach(sc layout_gather layout_bcast layout_reduce bottom signature_pipelined fuzz)
+  add_test(gpu_hazard_${sc}_np3_shared ${GRUN} 3 "${B}/test/gpu/gpu_hazard" ${sc})
+  set_tests_properties(gpu_hazard_${sc}_np3_shared PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NCCLMPI_SHARED_MIN=0;NCCLMPI_SHARED_SLOT=64K")
+endforeach()
 # gpu_hazard: adversarial scenarios, one per test (test/gpu/gpu_hazard.c), at 2 and 3 ranks (3 on a
 # 2-GPU machine shares a GPU, so the staged path runs).
 set(NM_HAZARD "${B}/test/gpu/gpu_hazard")

@@ -93,44 +93,150 @@ void shared_setup(CommState *cs, int device)
     cs->shared = w;
 }
 
+// How a call's data moves through the windows. Every call is a loop over chunks of one *block*:
+// the bytes one rank contributes to one result (Allreduce, Reduce, Bcast: the whole message;
+// Allgather, Gather: a rank's contribution; Alltoall, Scatter, Reduce_scatter_block: what one rank
+// sends one other rank). A contributing rank writes `pieces` chunks per step into its slot (one,
+// or one per rank: piece q for rank q), and the ranks that build a result read what they need.
+struct Shape {
+    bool reduce = false;        // combine the slots with a kernel (kind, op: the kernel's)
+    int kind = 0, op = 0;
+    size_t es = 1;              // bytes of one element the kernel combines; 1 for copies
+    int pieces = 1;             // chunks per slot: 1, or n (the kind's, the same on every rank)
+    size_t blk = 0;             // bytes of one block
+    size_t chunk = 0;           // bytes of one block per step: the slot's share, whole elements
+    bool in = false, out = false;  // this rank writes its slot / builds a result
+    bool self = true;           // out: also this rank's own block (not when it is in place already)
+    Side src{}, dst{};          // the whole input (pieces x blk bytes), the whole result
+};
+
+// Everything but `in`, `out`, `self`, `src` and `dst` comes from facts every rank shares (the kind,
+// the signature's size and element, the op, the communicator's size and the agreed slot), so
+// every rank decides alike whether the call runs here and makes the same number of steps.
+static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
+{
+    const nm_op_t *o = c.o;
+    const int n = w->n, rank = w->rank;
+    // the block's signature from the significant side (a leaf's receive arguments of Gather, a
+    // root's of Scatter with MPI_IN_PLACE, mean nothing)
+    const DtypeInfo *d = c.rd ? c.rd : c.sd;
+    const long long cnt = c.rd ? o->rcount : o->scount;
+    if (!d || d->size == 0 || cnt <= 0) return false;
+    s->blk = (size_t)cnt * d->size;
+    const bool scatter_inplace = o->kind == NM_OPK_SCATTER && c.root && o->rbuf == MPI_IN_PLACE;
+    const DtypeInfo *rd = c.rd;
+    const MPI_Aint rext = rd ? rd->extent : 0;
+    switch (o->kind) {
+    case NM_OPK_ALLREDUCE:
+    case NM_OPK_REDUCE:
+    case NM_OPK_REDUCE_SCATTER_BLOCK:
+        if (!oneshot_reduction(d, o->op, &s->kind, &s->op)) return false;
+        s->reduce = true;
+        s->es = d->basic_size;
+        break;
+    case NM_OPK_BCAST:
+    case NM_OPK_ALLGATHER:
+    case NM_OPK_GATHER:
+        break;
+    case NM_OPK_ALLTOALL:
+    case NM_OPK_SCATTER:
+        s->pieces = n;
+        break;
+    default:
+        return false;
+    }
+    if (o->kind == NM_OPK_REDUCE_SCATTER_BLOCK) s->pieces = n;
+    // a piece of the slot, in whole elements (and 16-byte words where a piece holds some: the
+    // copy kernel's unit)
+    const size_t unit = s->es, share = w->slot / (size_t)s->pieces;
+    s->chunk = share >= 16 * unit ? share / (16 * unit) * (16 * unit) : share / unit * unit;
+    if (s->chunk == 0) return false;
+    switch (o->kind) {
+    case NM_OPK_ALLREDUCE:
+    case NM_OPK_REDUCE: {
+        const bool from_out = c.inplace;  // (Reduce: only the root may pass MPI_IN_PLACE)
+        s->in = true;
+        s->out = o->kind == NM_OPK_ALLREDUCE || c.root;
+        s->src = Side{from_out ? o->rbuf : o->sbuf, cnt, from_out ? o->rtype : o->stype};
+        s->dst = Side{o->rbuf, cnt, o->rtype};
+        break;
+    }
+    case NM_OPK_REDUCE_SCATTER_BLOCK:
+        s->in = s->out = true;
+        s->src = Side{c.inplace ? o->rbuf : o->sbuf, cnt * n, o->rtype};
+        s->dst = Side{o->rbuf, cnt, o->rtype};
+        break;
+    case NM_OPK_BCAST:
+        s->in = c.root;
+        s->out = !c.root;
+        s->src = s->dst = Side{o->rbuf, cnt, o->rtype};
+        break;
+    case NM_OPK_ALLGATHER:
+    case NM_OPK_GATHER:
+        // in place (Allgather: every rank; Gather: the root), a rank's block is in the result
+        s->out = o->kind == NM_OPK_ALLGATHER || c.root;
+        s->in = !(c.inplace && o->kind == NM_OPK_GATHER);
+        s->self = !c.inplace;
+        s->src = c.inplace ? Side{(const char *)o->rbuf + (MPI_Aint)rank * cnt * rext, cnt, o->rtype}
+                           : Side{o->sbuf, o->scount, o->stype};
+        s->dst = Side{o->rbuf, cnt * n, o->rtype};
+        break;
+    case NM_OPK_ALLTOALL:
+        s->in = s->out = true;
+        s->src = c.inplace ? Side{o->rbuf, cnt * n, o->rtype} : Side{o->sbuf, (long long)o->scount * n, o->stype};
+        s->dst = Side{o->rbuf, cnt * n, o->rtype};
+        break;
+    case NM_OPK_SCATTER:
+        s->in = c.root;
+        s->out = !scatter_inplace;
+        s->src = c.root ? Side{o->sbuf, (long long)o->scount * n, o->stype} : Side{};
+        s->dst = Side{o->rbuf, cnt, o->rtype};
+        break;
+    }
+    return true;
+}
+
 bool shared_applies(const OpCtx &c)
 {
     const SharedWin *w = c.cs ? c.cs->shared : nullptr;
     const nm_op_t *o = c.o;
-    if (!w || (o->flags & (NM_OPF_NB | NM_OPF_PERS)) || nm_cfg.AGREE || nm_cfg.FORCE_STAGED || o->rcount <= 0) return false;
-    const DtypeInfo *d = c.rd ? c.rd : c.sd;
-    int kind, op;
-    if (!d || d->size == 0) return false;
-    switch (o->kind) {
-    case NM_OPK_ALLREDUCE:
-    case NM_OPK_REDUCE:
-        if (!oneshot_reduction(d, o->op, &kind, &op)) return false;
-        break;
-    case NM_OPK_BCAST: break;
-    default: return false;
+    Shape s;
+    if (!w || (o->flags & (NM_OPF_NB | NM_OPF_PERS)) || nm_cfg.AGREE || nm_cfg.FORCE_STAGED || !shape_of(c, w, &s)) return false;
+    // the message's bytes: the whole result's (Allgather, Gather, Alltoall: n blocks)
+    const bool one = s.pieces == 1 && o->kind != NM_OPK_ALLGATHER && o->kind != NM_OPK_GATHER;
+    return (unsigned long long)s.blk * (one ? 1 : (unsigned)w->n) >= w->min_bytes;
+}
+
+// Copies on the legacy stream: device to device ones with 16-byte-aligned ends by the copy
+// kernel (one launch for several), the others as driver copies
+static nm_status_t copy_all(const SharedWin *w, const nm_copyv_region_t *r, int n, bool to_device)
+{
+    nm_copyv_region_t k[NM_OS_MAX_RANKS];
+    int nk = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].bytes == 0) continue;
+        if (to_device && copyv_batchable(r[i].dst, r[i].src, r[i].bytes, ~(size_t)0)) {
+            k[nk++] = r[i];
+            continue;
+        }
+        NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)r[i].dst, (CUdeviceptr)r[i].src, r[i].bytes, CU_STREAM_LEGACY), return NM_ERR_CUDA);
     }
-    return (unsigned long long)o->rcount * d->size >= w->min_bytes;
+    NM_CU_CHECK(nk ? copy_regions(w->ctx, k, (size_t)nk, CU_STREAM_LEGACY) : CUDA_SUCCESS, return NM_ERR_CUDA);
+    return NM_OK;
 }
 
 nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
 {
     SharedWin *w = c.cs->shared;
     const nm_op_t *o = c.o;
-    const DtypeInfo *d = c.rd ? c.rd : c.sd;
-    const bool bcast = o->kind == NM_OPK_BCAST;
-    const bool root = (o->kind == NM_OPK_REDUCE || bcast) ? c.root : true;
-    const bool do_in = !bcast || root;                                      // contributes a slot
-    const bool do_out = bcast ? !root : (o->kind != NM_OPK_REDUCE || root);  // builds a result
-    const bool from_out = c.inplace || bcast;
-    const Side in{from_out ? o->rbuf : o->sbuf, o->rcount, from_out ? o->rtype : o->stype};
-    const Side out{o->rbuf, o->rcount, o->rtype};
-    const size_t total = (size_t)o->rcount * d->size;
-    int kind = 0, opi = 0;
-    size_t es = 1;  // bytes of one element the kernel combines (Bcast: bytes)
-    if (!bcast) {
-        oneshot_reduction(d, o->op, &kind, &opi);
-        es = d->basic_size;
-    }
+    Shape s;
+    shape_of(c, w, &s);  // (shared_applies: true)
+    const int n = w->n, rank = w->rank;
+    const bool rsb = o->kind == NM_OPK_REDUCE_SCATTER_BLOCK;
+    // the root's block (Bcast, Scatter) or every rank's (the others)
+    const int from = (o->kind == NM_OPK_BCAST || o->kind == NM_OPK_SCATTER) ? o->root : -1;
+    const size_t in_total = (size_t)s.pieces * s.blk;
+    const size_t out_total = (o->kind == NM_OPK_ALLGATHER || o->kind == NM_OPK_GATHER || o->kind == NM_OPK_ALLTOALL) ? (size_t)n * s.blk : s.blk;
     *mpi_rc = MPI_SUCCESS;
     DeviceGuard g(w->ctx);
     // dense device memory is used where it is; any other buffer goes through pinned host memory
@@ -138,56 +244,71 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
     const char *src = nullptr;
     char *dst = nullptr, *hin = nullptr, *hout = nullptr;
     size_t cin = 0, cout = 0;
-    const DtypeInfo *ind = do_in ? dtype_info(in.type) : nullptr, *outd = do_out ? dtype_info(out.type) : nullptr;
-    if (do_in && ind && ind->contig && side_is_device(in, ind)) {
-        src = (const char *)in.p + ind->true_lb;
-    } else if (do_in) {
-        if (!(hin = (char *)pinned_get(total, w->dev, &cin))) st = NM_ERR_NO_MEM;
-        else st = dense_pack(in, hin, total);
+    const DtypeInfo *ind = s.in ? dtype_info(s.src.type) : nullptr, *outd = s.out ? dtype_info(s.dst.type) : nullptr;
+    if (s.in && ind && ind->contig && side_is_device(s.src, ind)) {
+        src = (const char *)s.src.p + ind->true_lb;
+    } else if (s.in) {
+        if (!(hin = (char *)pinned_get(in_total, w->dev, &cin))) st = NM_ERR_NO_MEM;
+        else st = dense_pack(s.src, hin, in_total);
         src = hin;
     }
-    if (do_out && outd && outd->contig && side_is_device(out, outd)) {
-        dst = (char *)out.p + outd->true_lb;
-    } else if (do_out && !(hout = (char *)pinned_get(total, w->dev, &cout))) {
+    if (s.out && outd && outd->contig && side_is_device(s.dst, outd)) {
+        dst = (char *)s.dst.p + outd->true_lb;
+    } else if (s.out && !(hout = (char *)pinned_get(out_total, w->dev, &cout))) {
         st = NM_ERR_NO_MEM;
+    } else if (s.out && !s.self) {  // the rank's own block is in the result already: keep it
+        st = dense_pack(s.dst, hout, out_total);
     }
-    const size_t nel = total / es, ce = std::max<size_t>(1, w->slot / es);
-    for (size_t k = 0; k < nel && *mpi_rc == MPI_SUCCESS; k += ce) {  // every rank makes every barrier
-        const size_t m = std::min(ce, nel - k), off = k * es, bytes = m * es;
+    char *const res = hout ? hout : dst;
+    nm_copyv_region_t r[NM_OS_MAX_RANKS];
+    for (size_t off = 0; off < s.blk && *mpi_rc == MPI_SUCCESS; off += s.chunk) {  // every rank makes every barrier
+        const size_t m = std::min(s.chunk, s.blk - off);
         const size_t p = (size_t)(w->seq++ & 1) * w->slot;
-        if (st == NM_OK && do_in)
-            NM_CU_CHECK(cu.cuMemcpyAsync(w->own + p, (CUdeviceptr)(src + off), bytes, CU_STREAM_LEGACY), st = NM_ERR_CUDA);
+        if (st == NM_OK && s.in) {
+            for (int j = 0; j < s.pieces; j++)
+                r[j] = nm_copyv_region_t{(char *)(w->own + p + (size_t)j * s.chunk), src + (size_t)j * s.blk + off, m};
+            st = copy_all(w, r, s.pieces, !hin);
+        }
         if (st == NM_OK) st = sync_legacy();  // (also the previous chunk's reads of the other parity)
         {
             WaitWatch ww(nm_fn_names[o->fn], "for the other ranks sharing the GPU (a barrier of the real MPI)");
             *mpi_rc = PMPI_Barrier(o->comm);
         }
-        if (st != NM_OK || !do_out || *mpi_rc != MPI_SUCCESS) continue;
-        if (bcast) {
-            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)((hout ? hout : dst) + off), w->win[o->root] + p, bytes, CU_STREAM_LEGACY),
+        if (st != NM_OK || !s.out || *mpi_rc != MPI_SUCCESS) continue;
+        if (s.reduce) {
+            nm_sh_args_t a;
+            memset(&a, 0, sizeof(a));
+            for (int q = 0; q < n; q++) a.in[q] = (const char *)(w->win[q] + p + (rsb ? (size_t)rank * s.chunk : 0));
+            a.out = hout ? (char *)w->tmp : dst + off;
+            a.count = m / s.es;
+            a.n = n;
+            a.op = s.op;
+            a.esize = (int)s.es;
+            void *params[] = {&a};
+            const unsigned blocks = (unsigned)std::min<size_t>((a.count + NM_OS_THREADS - 1) / NM_OS_THREADS, 2048);
+            NM_CU_CHECK(cu.cuLaunchKernel(w->fn[NM_K_SH + s.kind], blocks, 1, 1, NM_OS_THREADS, 1, 1, 0, CU_STREAM_LEGACY, params, nullptr),
                         st = NM_ERR_CUDA);
+            if (st == NM_OK && hout)
+                NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(hout + off), w->tmp, m, CU_STREAM_LEGACY), st = NM_ERR_CUDA);
             continue;
         }
-        nm_sh_args_t a;
-        memset(&a, 0, sizeof(a));
-        for (int q = 0; q < w->n; q++) a.in[q] = (const char *)(w->win[q] + p);
-        a.out = hout ? (char *)w->tmp : dst + off;
-        a.count = m;
-        a.n = w->n;
-        a.op = opi;
-        a.esize = (int)es;
-        void *params[] = {&a};
-        const unsigned blocks = (unsigned)std::min<size_t>((m + NM_OS_THREADS - 1) / NM_OS_THREADS, 2048);
-        NM_CU_CHECK(cu.cuLaunchKernel(w->fn[NM_K_SH + kind], blocks, 1, 1, NM_OS_THREADS, 1, 1, 0, CU_STREAM_LEGACY, params, nullptr),
-                    st = NM_ERR_CUDA);
-        if (st == NM_OK && hout)
-            NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(hout + off), w->tmp, bytes, CU_STREAM_LEGACY), st = NM_ERR_CUDA);
+        // copies: block q of the result from rank q's slot (its piece for this rank), or this
+        // rank's block from the root's
+        const size_t piece = s.pieces > 1 ? (size_t)rank * s.chunk : 0;
+        int k = 0;
+        if (from >= 0) {
+            r[k++] = nm_copyv_region_t{res + off, (const char *)(w->win[from] + p + piece), m};
+        } else {
+            for (int q = 0; q < n; q++)
+                if (q != rank || s.self) r[k++] = nm_copyv_region_t{res + (size_t)q * s.blk + off, (const char *)(w->win[q] + p + piece), m};
+        }
+        st = copy_all(w, r, k, !hout);
     }
     if (st == NM_OK) st = sync_legacy();
-    if (st == NM_OK && hout && *mpi_rc == MPI_SUCCESS) st = dense_unpack(hout, total, out);
+    if (st == NM_OK && hout && *mpi_rc == MPI_SUCCESS) st = dense_unpack(hout, out_total, s.dst);
     if (hin) pinned_put(hin, cin);
     if (hout) pinned_put(hout, cout);
-    NM_TRACE(COLL, "%s: %zu bytes through the shared-GPU window", nm_opkind_name(o->kind), total);
+    NM_TRACE(COLL, "%s: %zu bytes through the shared-GPU window", nm_opkind_name(o->kind), out_total);
     return st;
 }
 
