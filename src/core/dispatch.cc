@@ -503,7 +503,8 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             return ENTER_DONE;
         }
     }
-    const bool op_replaced = (d.route == NCCLMPI_ROUTE_STAGED || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
+    // (the shared GPU's kernels sum 8-bit integers themselves: its call keeps the application's op)
+    const bool op_replaced = ((d.route == NCCLMPI_ROUTE_STAGED && !shared) || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
         if (NM_UNLIKELY(env_on())) {

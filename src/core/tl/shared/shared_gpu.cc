@@ -230,7 +230,8 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
     SharedWin *w = c.cs->shared;
     const nm_op_t *o = c.o;
     Shape s;
-    shape_of(c, w, &s);  // (shared_applies: true)
+    // what shared_applies found (the same facts on every rank: all return here alike, no barrier)
+    if (!shape_of(c, w, &s)) return NM_ERR_INTERNAL;
     const int n = w->n, rank = w->rank;
     const bool rsb = o->kind == NM_OPK_REDUCE_SCATTER_BLOCK;
     // the root's block (Bcast, Scatter) or every rank's (the others)
