@@ -504,9 +504,9 @@ int main(int argc, char **argv)
          * ops and types the kernels lack stay staged) */
         const char *es = getenv("NM_EXPECT_SHARED");
         if (es && es[0] == '1' && !distinct && !forced && s.ipc == 0) route_bad = 1;
-        /* ... and so do the other blocking collectives of equal blocks */
-        static const char *const on_gpu[] = {"Reduce", "Bcast", "Allgather", "Alltoall", "Gather", "Scatter",
-                                             "Reduce_scatter_block"};
+        /* ... and so do the other blocking collectives whose counts every rank knows */
+        static const char *const on_gpu[] = {"Reduce", "Bcast", "Allgather", "Allgatherv", "Alltoall", "Gather", "Scatter",
+                                             "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"};
         for (size_t i = 0; es && es[0] == '1' && !distinct && !forced && i < sizeof(on_gpu) / sizeof(on_gpu[0]); i++) {
             nm_stats_view_t v = gpu_stats(on_gpu[i]);
             if (v.calls != (unsigned long long)-1 && v.ipc == 0) {
@@ -524,8 +524,8 @@ int main(int argc, char **argv)
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && s.ipc) { /* what ran on the shared GPU, by call */
-        static const char *const fns[] = {"Allreduce", "Reduce", "Bcast", "Allgather", "Alltoall", "Gather", "Scatter",
-                                          "Reduce_scatter_block"};
+        static const char *const fns[] = {"Allreduce", "Reduce", "Bcast", "Allgather", "Allgatherv", "Alltoall", "Gather",
+                                          "Scatter", "Reduce_scatter", "Reduce_scatter_block", "Scan", "Exscan"};
         printf("gpu_coll: on the shared GPU:");
         for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) printf(" %s %llu", fns[i], gpu_stats(fns[i]).ipc);
         printf("\n");

@@ -93,26 +93,35 @@ void shared_setup(CommState *cs, int device)
     cs->shared = w;
 }
 
-// How a call's data moves through the windows. Every call is a loop over chunks of one *block*:
-// the bytes one rank contributes to one result (Allreduce, Reduce, Bcast: the whole message;
-// Allgather, Gather: a rank's contribution; Alltoall, Scatter, Reduce_scatter_block: what one rank
-// sends one other rank). A contributing rank writes `pieces` chunks per step into its slot (one,
-// or one per rank: piece q for rank q), and the ranks that build a result read what they need.
+// How a call's data moves through the windows. Every call is a loop over chunks of its *blocks*:
+// block q is what rank q contributes to a result (Allreduce, Reduce, Bcast, Scan, Exscan: the whole
+// message, one block per rank alike; Allgather(v), Gather: rank q's contribution), or what every
+// rank sends rank q (Alltoall, Scatter, Reduce_scatter(_block)). A contributing rank writes
+// `pieces` chunks per step into its slot (its own block, or a piece of each block: piece q for rank
+// q), and the ranks that build a result read what they need.
 struct Shape {
-    bool reduce = false;        // combine the slots with a kernel (kind, op: the kernel's)
+    bool reduce = false;  // combine the slots with a kernel (kind, op: the kernel's)
     int kind = 0, op = 0;
-    size_t es = 1;              // bytes of one element the kernel combines; 1 for copies
-    int pieces = 1;             // chunks per slot: 1, or n (the kind's, the same on every rank)
-    size_t blk = 0;             // bytes of one block
-    size_t chunk = 0;           // bytes of one block per step: the slot's share, whole elements
-    bool in = false, out = false;  // this rank writes its slot / builds a result
-    bool self = true;           // out: also this rank's own block (not when it is in place already)
-    Side src{}, dst{};          // the whole input (pieces x blk bytes), the whole result
+    size_t es = 1;        // bytes of one element the kernel combines; 1 for copies
+    int pieces = 1;       // chunks per slot: 1, or n (the kind's, the same on every rank)
+    int nsum = 0;         // slots the kernel combines: all n, or a prefix (Scan, Exscan)
+    size_t bsz[NM_OS_MAX_RANKS] = {};  // bytes of block q
+    size_t bpos[NM_OS_MAX_RANKS] = {};  // where block q starts in the dense image of all blocks
+    size_t opos[NM_OS_MAX_RANKS] = {};  // ... and in a dense output buffer (Allgatherv: its displacement)
+    size_t maxblk = 0, total = 0;       // the largest block; the message's bytes (the threshold's)
+    size_t chunk = 0;                   // bytes of one block per step: the slot's share, whole elements
+    bool in = false, out = false;       // this rank writes its slot / builds a result
+    bool self = true;                   // out: also this rank's own block (not when it is in place already)
+    bool gather = false;                // the result holds every rank's block (Allgather(v), Gather, Alltoall)
+    int from = -1;                      // the result is the root's (Bcast) or its piece of the root's (Scatter)
+    Side src{}, dst{};                  // the whole input, the whole result (Allgatherv: see vout)
+    const int *vcounts = nullptr, *vdispls = nullptr;  // Allgatherv: the result is n runs at the displacements
 };
 
-// Everything but `in`, `out`, `self`, `src` and `dst` comes from facts every rank shares (the kind,
-// the signature's size and element, the op, the communicator's size and the agreed slot), so
-// every rank decides alike whether the call runs here and makes the same number of steps.
+// Everything but `in`, `out`, `self`, `src`, `dst` and `opos` comes from facts every rank shares
+// (the kind, the signature's size and element, the counts MPI gives every rank, the op, the root,
+// the communicator's size and the agreed slot), so every rank decides alike whether the call runs
+// here and makes the same number of steps.
 static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
 {
     const nm_op_t *o = c.o;
@@ -120,55 +129,78 @@ static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
     // the block's signature from the significant side (a leaf's receive arguments of Gather, a
     // root's of Scatter with MPI_IN_PLACE, mean nothing)
     const DtypeInfo *d = c.rd ? c.rd : c.sd;
-    const long long cnt = c.rd ? o->rcount : o->scount;
-    if (!d || d->size == 0 || cnt <= 0) return false;
-    s->blk = (size_t)cnt * d->size;
-    const bool scatter_inplace = o->kind == NM_OPK_SCATTER && c.root && o->rbuf == MPI_IN_PLACE;
-    const DtypeInfo *rd = c.rd;
-    const MPI_Aint rext = rd ? rd->extent : 0;
+    if (!d || d->size == 0) return false;
+    const bool vec = o->kind == NM_OPK_ALLGATHERV || o->kind == NM_OPK_REDUCE_SCATTER;
+    const long long cnt = vec ? 0 : c.rd ? o->rcount : o->scount;
+    if (vec ? !o->rcounts : cnt <= 0) return false;
     switch (o->kind) {
     case NM_OPK_ALLREDUCE:
     case NM_OPK_REDUCE:
+    case NM_OPK_SCAN:
+    case NM_OPK_EXSCAN:
     case NM_OPK_REDUCE_SCATTER_BLOCK:
+    case NM_OPK_REDUCE_SCATTER:
         if (!oneshot_reduction(d, o->op, &s->kind, &s->op)) return false;
         s->reduce = true;
         s->es = d->basic_size;
         break;
     case NM_OPK_BCAST:
     case NM_OPK_ALLGATHER:
+    case NM_OPK_ALLGATHERV:
     case NM_OPK_GATHER:
-        break;
     case NM_OPK_ALLTOALL:
     case NM_OPK_SCATTER:
-        s->pieces = n;
         break;
     default:
         return false;
     }
-    if (o->kind == NM_OPK_REDUCE_SCATTER_BLOCK) s->pieces = n;
+    const bool piecewise = o->kind == NM_OPK_ALLTOALL || o->kind == NM_OPK_SCATTER ||
+                           o->kind == NM_OPK_REDUCE_SCATTER_BLOCK || o->kind == NM_OPK_REDUCE_SCATTER;
+    s->pieces = piecewise ? n : 1;
+    s->gather = o->kind == NM_OPK_ALLGATHER || o->kind == NM_OPK_ALLGATHERV || o->kind == NM_OPK_GATHER ||
+                o->kind == NM_OPK_ALLTOALL;
+    for (int q = 0; q < n; q++) {
+        if (vec && o->rcounts[q] < 0) return false;  // (the real MPI reports it)
+        s->bsz[q] = (size_t)(vec ? o->rcounts[q] : cnt) * d->size;
+        if (q + 1 < n) s->bpos[q + 1] = s->bpos[q] + s->bsz[q];
+        s->maxblk = std::max(s->maxblk, s->bsz[q]);
+    }
+    // one block (the whole message) for the kinds whose ranks all hold one; n for the others
+    const bool whole = !s->gather && !piecewise;
+    s->total = whole ? s->bsz[0] : s->bpos[n - 1] + s->bsz[n - 1];
+    if (s->total == 0) return false;
     // a piece of the slot, in whole elements (and 16-byte words where a piece holds some: the
     // copy kernel's unit)
     const size_t unit = s->es, share = w->slot / (size_t)s->pieces;
     s->chunk = share >= 16 * unit ? share / (16 * unit) * (16 * unit) : share / unit * unit;
     if (s->chunk == 0) return false;
+    s->nsum = o->kind == NM_OPK_SCAN ? rank + 1 : o->kind == NM_OPK_EXSCAN ? rank : n;
+    const MPI_Aint rext = c.rd ? c.rd->extent : 0;
+    for (int q = 0; q < n; q++) s->opos[q] = s->gather ? s->bpos[q] : 0;
     switch (o->kind) {
     case NM_OPK_ALLREDUCE:
-    case NM_OPK_REDUCE: {
+    case NM_OPK_REDUCE:
+    case NM_OPK_SCAN:
+    case NM_OPK_EXSCAN: {
         const bool from_out = c.inplace;  // (Reduce: only the root may pass MPI_IN_PLACE)
         s->in = true;
-        s->out = o->kind == NM_OPK_ALLREDUCE || c.root;
+        s->out = o->kind == NM_OPK_REDUCE ? c.root : o->kind != NM_OPK_EXSCAN || rank > 0;
         s->src = Side{from_out ? o->rbuf : o->sbuf, cnt, from_out ? o->rtype : o->stype};
         s->dst = Side{o->rbuf, cnt, o->rtype};
         break;
     }
     case NM_OPK_REDUCE_SCATTER_BLOCK:
+    case NM_OPK_REDUCE_SCATTER: {
+        const long long all = (long long)(s->total / d->size);
         s->in = s->out = true;
-        s->src = Side{c.inplace ? o->rbuf : o->sbuf, cnt * n, o->rtype};
-        s->dst = Side{o->rbuf, cnt, o->rtype};
+        s->src = Side{c.inplace ? o->rbuf : o->sbuf, all, o->rtype};
+        s->dst = Side{o->rbuf, (long long)(s->bsz[rank] / d->size), o->rtype};
         break;
+    }
     case NM_OPK_BCAST:
         s->in = c.root;
         s->out = !c.root;
+        s->from = o->root;
         s->src = s->dst = Side{o->rbuf, cnt, o->rtype};
         break;
     case NM_OPK_ALLGATHER:
@@ -181,6 +213,16 @@ static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
                            : Side{o->sbuf, o->scount, o->stype};
         s->dst = Side{o->rbuf, cnt * n, o->rtype};
         break;
+    case NM_OPK_ALLGATHERV:
+        s->in = s->out = true;
+        s->self = !c.inplace;
+        s->vcounts = o->rcounts;
+        s->vdispls = o->rdispls;
+        for (int q = 0; q < n; q++) s->opos[q] = (size_t)((MPI_Aint)o->rdispls[q] * rext);
+        s->src = c.inplace ? Side{(const char *)o->rbuf + (MPI_Aint)o->rdispls[rank] * rext, o->rcounts[rank], o->rtype}
+                           : Side{o->sbuf, o->scount, o->stype};
+        s->dst = Side{o->rbuf, 0, o->rtype};  // (n runs: see vcounts)
+        break;
     case NM_OPK_ALLTOALL:
         s->in = s->out = true;
         s->src = c.inplace ? Side{o->rbuf, cnt * n, o->rtype} : Side{o->sbuf, (long long)o->scount * n, o->stype};
@@ -188,7 +230,8 @@ static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
         break;
     case NM_OPK_SCATTER:
         s->in = c.root;
-        s->out = !scatter_inplace;
+        s->out = !(c.root && o->rbuf == MPI_IN_PLACE);
+        s->from = o->root;
         s->src = c.root ? Side{o->sbuf, (long long)o->scount * n, o->stype} : Side{};
         s->dst = Side{o->rbuf, cnt, o->rtype};
         break;
@@ -202,9 +245,7 @@ bool shared_applies(const OpCtx &c)
     const nm_op_t *o = c.o;
     Shape s;
     if (!w || (o->flags & (NM_OPF_NB | NM_OPF_PERS)) || nm_cfg.AGREE || nm_cfg.FORCE_STAGED || !shape_of(c, w, &s)) return false;
-    // the message's bytes: the whole result's (Allgather, Gather, Alltoall: n blocks)
-    const bool one = s.pieces == 1 && o->kind != NM_OPK_ALLGATHER && o->kind != NM_OPK_GATHER;
-    return (unsigned long long)s.blk * (one ? 1 : (unsigned)w->n) >= w->min_bytes;
+    return (unsigned long long)s.total >= w->min_bytes;
 }
 
 // Copies on the legacy stream: device to device ones with 16-byte-aligned ends by the copy
@@ -225,6 +266,32 @@ static nm_status_t copy_all(const SharedWin *w, const nm_copyv_region_t *r, int 
     return NM_OK;
 }
 
+// The result's dense image (pinned host memory) <-> the application's buffer: one Side, or
+// Allgatherv's n runs at their displacements
+static nm_status_t result_dense(const Shape &s, int n, char *img, bool pack)
+{
+    if (!s.vcounts) return pack ? dense_pack(s.dst, img, s.total) : dense_unpack(img, s.total, s.dst);
+    const DtypeInfo *d = dtype_info(s.dst.type);
+    nm_status_t st = NM_OK;
+    for (int q = 0; q < n && st == NM_OK; q++) {
+        if (s.bsz[q] == 0) continue;
+        const Side run{(const char *)s.dst.p + (MPI_Aint)s.vdispls[q] * d->extent, s.vcounts[q], s.dst.type};
+        st = pack ? dense_pack(run, img + s.bpos[q], s.bsz[q]) : dense_unpack(img + s.bpos[q], s.bsz[q], run);
+    }
+    return st;
+}
+
+// Whether the result can be written where it is: dense device memory (Allgatherv: every run)
+static bool result_in_place(const Shape &s, int n, const DtypeInfo *d)
+{
+    if (!d || !d->contig) return false;
+    if (!s.vcounts) return side_is_device(s.dst, d);
+    for (int q = 0; q < n; q++)
+        if (s.bsz[q] && !side_is_device(Side{(const char *)s.dst.p + (MPI_Aint)s.vdispls[q] * d->extent, s.vcounts[q], s.dst.type}, d))
+            return false;
+    return true;
+}
+
 nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
 {
     SharedWin *w = c.cs->shared;
@@ -233,11 +300,11 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
     // what shared_applies found (the same facts on every rank: all return here alike, no barrier)
     if (!shape_of(c, w, &s)) return NM_ERR_INTERNAL;
     const int n = w->n, rank = w->rank;
-    const bool rsb = o->kind == NM_OPK_REDUCE_SCATTER_BLOCK;
-    // the root's block (Bcast, Scatter) or every rank's (the others)
-    const int from = (o->kind == NM_OPK_BCAST || o->kind == NM_OPK_SCATTER) ? o->root : -1;
-    const size_t in_total = (size_t)s.pieces * s.blk;
-    const size_t out_total = (o->kind == NM_OPK_ALLGATHER || o->kind == NM_OPK_GATHER || o->kind == NM_OPK_ALLTOALL) ? (size_t)n * s.blk : s.blk;
+    // the input: this rank's block, or every rank's piece (pieces = n); the result: every block
+    // (gather), or this rank's (the others)
+    const size_t in_total = s.pieces > 1 ? s.total : s.bsz[rank];
+    const size_t out_total = s.gather ? s.total : s.bsz[rank];
+    if (out_total == 0) s.out = false;  // (Reduce_scatter: a rank whose block is empty)
     *mpi_rc = MPI_SUCCESS;
     DeviceGuard g(w->ctx);
     // dense device memory is used where it is; any other buffer goes through pinned host memory
@@ -248,26 +315,31 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
     const DtypeInfo *ind = s.in ? dtype_info(s.src.type) : nullptr, *outd = s.out ? dtype_info(s.dst.type) : nullptr;
     if (s.in && ind && ind->contig && side_is_device(s.src, ind)) {
         src = (const char *)s.src.p + ind->true_lb;
-    } else if (s.in) {
+    } else if (s.in && in_total) {
         if (!(hin = (char *)pinned_get(in_total, w->dev, &cin))) st = NM_ERR_NO_MEM;
         else st = dense_pack(s.src, hin, in_total);
         src = hin;
     }
-    if (s.out && outd && outd->contig && side_is_device(s.dst, outd)) {
+    if (s.out && result_in_place(s, n, outd)) {
         dst = (char *)s.dst.p + outd->true_lb;
     } else if (s.out && !(hout = (char *)pinned_get(out_total, w->dev, &cout))) {
         st = NM_ERR_NO_MEM;
     } else if (s.out && !s.self) {  // the rank's own block is in the result already: keep it
-        st = dense_pack(s.dst, hout, out_total);
+        st = result_dense(s, n, hout, true);
     }
     char *const res = hout ? hout : dst;
+    const size_t *pos = hout ? s.bpos : s.opos;  // where block q goes in res
     nm_copyv_region_t r[NM_OS_MAX_RANKS];
-    for (size_t off = 0; off < s.blk && *mpi_rc == MPI_SUCCESS; off += s.chunk) {  // every rank makes every barrier
-        const size_t m = std::min(s.chunk, s.blk - off);
+    for (size_t off = 0; off < s.maxblk && *mpi_rc == MPI_SUCCESS; off += s.chunk) {  // every rank makes every barrier
+        // the bytes of block q in this step
+        auto part = [&](int q) { return s.bsz[q] > off ? std::min(s.chunk, s.bsz[q] - off) : (size_t)0; };
         const size_t p = (size_t)(w->seq++ & 1) * w->slot;
         if (st == NM_OK && s.in) {
-            for (int j = 0; j < s.pieces; j++)
-                r[j] = nm_copyv_region_t{(char *)(w->own + p + (size_t)j * s.chunk), src + (size_t)j * s.blk + off, m};
+            if (s.pieces > 1)
+                for (int q = 0; q < n; q++)
+                    r[q] = nm_copyv_region_t{(char *)(w->own + p + (size_t)q * s.chunk), src + s.bpos[q] + off, part(q)};
+            else
+                r[0] = nm_copyv_region_t{(char *)(w->own + p), src + off, part(rank)};
             st = copy_all(w, r, s.pieces, !hin);
         }
         if (st == NM_OK) st = sync_legacy();  // (also the previous chunk's reads of the other parity)
@@ -276,13 +348,17 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
             *mpi_rc = PMPI_Barrier(o->comm);
         }
         if (st != NM_OK || !s.out || *mpi_rc != MPI_SUCCESS) continue;
+        // this rank's piece of a slot that holds one per rank
+        const size_t piece = s.pieces > 1 ? (size_t)rank * s.chunk : 0;
         if (s.reduce) {
+            const size_t m = part(rank);
+            if (m == 0) continue;
             nm_sh_args_t a;
             memset(&a, 0, sizeof(a));
-            for (int q = 0; q < n; q++) a.in[q] = (const char *)(w->win[q] + p + (rsb ? (size_t)rank * s.chunk : 0));
+            for (int q = 0; q < s.nsum; q++) a.in[q] = (const char *)(w->win[q] + p + piece);
             a.out = hout ? (char *)w->tmp : dst + off;
             a.count = m / s.es;
-            a.n = n;
+            a.n = s.nsum;
             a.op = s.op;
             a.esize = (int)s.es;
             void *params[] = {&a};
@@ -293,23 +369,21 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
                 NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)(hout + off), w->tmp, m, CU_STREAM_LEGACY), st = NM_ERR_CUDA);
             continue;
         }
-        // copies: block q of the result from rank q's slot (its piece for this rank), or this
-        // rank's block from the root's
-        const size_t piece = s.pieces > 1 ? (size_t)rank * s.chunk : 0;
+        // copies: block q of the result from rank q's slot, or this rank's from the root's
         int k = 0;
-        if (from >= 0) {
-            r[k++] = nm_copyv_region_t{res + off, (const char *)(w->win[from] + p + piece), m};
+        if (s.from >= 0) {
+            r[k++] = nm_copyv_region_t{res + off, (const char *)(w->win[s.from] + p + piece), part(rank)};
         } else {
             for (int q = 0; q < n; q++)
-                if (q != rank || s.self) r[k++] = nm_copyv_region_t{res + (size_t)q * s.blk + off, (const char *)(w->win[q] + p + piece), m};
+                if (q != rank || s.self) r[k++] = nm_copyv_region_t{res + pos[q] + off, (const char *)(w->win[q] + p + piece), part(q)};
         }
         st = copy_all(w, r, k, !hout);
     }
     if (st == NM_OK) st = sync_legacy();
-    if (st == NM_OK && hout && *mpi_rc == MPI_SUCCESS) st = dense_unpack(hout, out_total, s.dst);
+    if (st == NM_OK && hout && *mpi_rc == MPI_SUCCESS) st = result_dense(s, n, hout, false);
     if (hin) pinned_put(hin, cin);
     if (hout) pinned_put(hout, cout);
-    NM_TRACE(COLL, "%s: %zu bytes through the shared-GPU window", nm_opkind_name(o->kind), out_total);
+    NM_TRACE(COLL, "%s: %zu bytes through the shared-GPU window", nm_opkind_name(o->kind), s.total);
     return st;
 }
 

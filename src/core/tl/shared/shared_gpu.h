@@ -4,7 +4,7 @@
 // Each rank of such a communicator owns a device window of two slots (parities) that every other
 // rank maps. A call moves its data in chunks of at most a slot: each rank copies its chunk into its
 // own slot (after the application's work on the legacy stream; Alltoall, Scatter and
-// Reduce_scatter_block: one piece per destination rank) and waits for the copy, the ranks meet in a
+// Reduce_scatter(_block): one piece per destination rank) and waits for the copy, the ranks meet in a
 // PMPI_Barrier, then each rank builds its result from the slots it needs (a kernel that combines
 // the n contributions in rank order, the same bits on every rank; or copies of its blocks). Chunks
 // alternate parities: a rank writes a slot again two chunks later, after the barrier of the chunk
@@ -28,10 +28,11 @@ struct SharedWin;
 void shared_setup(CommState *cs, int device);
 void shared_release(SharedWin *w);
 
-// The call runs here: a blocking MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block (a reduction
-// the kernels implement), MPI_Bcast, MPI_Allgather, MPI_Gather, MPI_Scatter or MPI_Alltoall on a
-// communicator with a window, of at least the agreed number of bytes (the whole result's). Reads
-// only facts every rank shares (the kind, the signature, the op, the agreed window and threshold).
+// The call runs here: a blocking MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter(_block), MPI_Scan,
+// MPI_Exscan (a reduction the kernels implement), MPI_Bcast, MPI_Allgather(v), MPI_Gather,
+// MPI_Scatter or MPI_Alltoall on a communicator with a window, of at least the agreed number of
+// bytes. Reads only facts every rank shares (the kind, the signature, the counts MPI gives every
+// rank, the op, the agreed window and threshold).
 bool shared_applies(const OpCtx &c);
 // Runs it (every rank makes every barrier, even after a local failure). *mpi_rc: the real MPI's.
 nm_status_t shared_run(const OpCtx &c, int *mpi_rc);
