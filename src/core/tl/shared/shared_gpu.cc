@@ -114,7 +114,7 @@ struct Shape {
     bool self = true;                   // out: also this rank's own block (not when it is in place already)
     bool gather = false;                // the result holds every rank's block (Allgather(v), Gather, Alltoall)
     int from = -1;                      // the result is the root's (Bcast) or its piece of the root's (Scatter)
-    Side src{}, dst{};                  // the whole input, the whole result (Allgatherv: see vout)
+    Side src{}, dst{};                  // the whole input, the whole result (Allgatherv: see vcounts)
     const int *vcounts = nullptr, *vdispls = nullptr;  // Allgatherv: the result is n runs at the displacements
 };
 
@@ -296,8 +296,10 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
 {
     SharedWin *w = c.cs->shared;
     const nm_op_t *o = c.o;
+    // the shape shared_applies found, again (kept out of nm_enter's frame, which every device call
+    // builds); nothing in between changes its inputs (the 8-bit sum keeps its op here). Should it
+    // fail, it fails on every rank alike (shared facts): an error, and no rank waits in a barrier.
     Shape s;
-    // what shared_applies found (the same facts on every rank: all return here alike, no barrier)
     if (!shape_of(c, w, &s)) return NM_ERR_INTERNAL;
     const int n = w->n, rank = w->rank;
     // the input: this rank's block, or every rank's piece (pieces = n); the result: every block
