@@ -8,7 +8,10 @@
  *   FAKE_CUDA_IPC=1 in the environment, cuMemAlloc memory is shared (a memfd) and CUDA IPC opens
  *   it in another process of the same user (through /proc/PID/fd), so copies through an opened
  *   handle reach the other process's buffer.
- * Not a simulator of anything a GPU does: no test checks results against it.
+ * - collectives of ranks that share a GPU (test/unit/shared_coll.sh): with FAKE_CUDA_KERNELS=1 as
+ *   well, the copy kernel and the shared-GPU reductions run in the caller (below, "Kernels").
+ * Not a simulator of a GPU: no ordering, no concurrency, no other kernel. What a test checks
+ * against the real MPI is ncclmpi's use of these calls.
  * Names go through cuda.h's macros (cuDeviceTotalMem -> cuDeviceTotalMem_v2), as the real driver
  * exports them. */
 #define _GNU_SOURCE /* memfd_create */
@@ -20,6 +23,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "core/cuda/copyv_abi.h"
+#include "core/tl/oneshot/oneshot_abi.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -210,14 +216,92 @@ EXPORT CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr a, cuuint64_t v, un
     *(volatile cuuint64_t *)a = v;
     return CUDA_SUCCESS;
 }
-/* no kernels (and CUDA IPC only with FAKE_CUDA_IPC=1): the one-shot path finds no window and
- * stays off */
-EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)m; (void)image; return CUDA_ERROR_NOT_SUPPORTED; }
-EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { (void)f; (void)m; (void)name; return CUDA_ERROR_NOT_SUPPORTED; }
+/* Kernels. By default there are none (and CUDA IPC only with FAKE_CUDA_IPC=1): the one-shot path
+ * finds no window and stays off. With FAKE_CUDA_KERNELS=1 the module loads, every function
+ * resolves, and two kinds run, in the caller, as the GPU's would: the copy kernel (nm_copyv) and
+ * the shared-GPU reductions (nm_sh_reduce_<kind> of the plain integer and float kinds, every op
+ * MPI defines on them, the contributions combined in rank order); launching any other is
+ * CUDA_ERROR_NOT_SUPPORTED. That is enough for the collectives of ranks sharing a GPU
+ * (test/unit/shared_coll.sh), whose results are checked against the real MPI's. */
+static int kernels_on(void)
+{
+    const char *k = getenv("FAKE_CUDA_KERNELS");
+    return k && *k == '1';
+}
+static char fake_module;
+EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
+{
+    (void)image;
+    if (!kernels_on()) return CUDA_ERROR_NOT_SUPPORTED;
+    *m = (CUmodule)(void *)&fake_module;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+    if (!kernels_on() || m != (CUmodule)(void *)&fake_module) return CUDA_ERROR_NOT_SUPPORTED;
+    *f = (CUfunction)(void *)name;  /* (the library's table of names outlives the module) */
+    return CUDA_SUCCESS;
+}
+
+/* one element: in[0] op ... op in[n-1], as the kernels combine them */
+#define FAKE_RED(T, isint)                                                                   \
+    static int red_##T(const nm_sh_args_t *a)                                                \
+    {                                                                                        \
+        for (unsigned long long i = 0; i < a->count; i++) {                                  \
+            T acc = ((const T *)a->in[0])[i];                                                \
+            for (int q = 1; q < a->n; q++) {                                                 \
+                T v = ((const T *)a->in[q])[i];                                              \
+                switch (a->op) {                                                             \
+                case NM_OS_SUM: acc = (T)(acc + v); break;                                   \
+                case NM_OS_PROD: acc = (T)(acc * v); break;                                  \
+                case NM_OS_MIN: acc = v < acc ? v : acc; break;                              \
+                case NM_OS_MAX: acc = v > acc ? v : acc; break;                              \
+                case NM_OS_LAND: acc = (T)((acc != 0) && (v != 0)); break;                   \
+                case NM_OS_LOR: acc = (T)((acc != 0) || (v != 0)); break;                    \
+                case NM_OS_LXOR: acc = (T)((acc != 0) != (v != 0)); break;                   \
+                default:                                                                     \
+                    if (!(isint)) return 0;                                                  \
+                    FAKE_BITS(T)                                                             \
+                }                                                                            \
+            }                                                                                \
+            ((T *)a->out)[i] = acc;                                                          \
+        }                                                                                    \
+        return 1;                                                                            \
+    }
+#define FAKE_BITS(T)                                                                         \
+    {                                                                                        \
+        unsigned long long x = (unsigned long long)acc, y = (unsigned long long)v;           \
+        if (a->op == NM_OS_BAND) x &= y;                                                     \
+        else if (a->op == NM_OS_BOR) x |= y;                                                 \
+        else if (a->op == NM_OS_BXOR) x ^= y;                                                \
+        else return 0;                                                                       \
+        acc = (T)x;                                                                          \
+    }
+FAKE_RED(int8_t, 1) FAKE_RED(uint8_t, 1) FAKE_RED(int16_t, 1) FAKE_RED(uint16_t, 1)
+FAKE_RED(int32_t, 1) FAKE_RED(uint32_t, 1) FAKE_RED(int64_t, 1) FAKE_RED(uint64_t, 1)
+#undef FAKE_BITS
+#define FAKE_BITS(T) return 0;
+FAKE_RED(float, 0) FAKE_RED(double, 0)
+
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, CUstream s, void **params, void **extra)
 {
-    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)s; (void)params; (void)extra;
+    (void)gx; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)s; (void)extra;
+    const char *name = (const char *)(void *)f;
+    if (!kernels_on() || !name || !params) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!strcmp(name, NM_COPYV_KERNEL)) {
+        const nm_copyv_args_t *a = (const nm_copyv_args_t *)params[0];
+        for (unsigned y = 0; y < gy && y < NM_COPYV_MAX; y++) memmove(a->r[y].dst, a->r[y].src, a->r[y].bytes);
+        return CUDA_SUCCESS;
+    }
+    static const char *const kinds[] = {"i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64"};
+    static int (*const red[])(const nm_sh_args_t *) = {red_int8_t, red_uint8_t, red_int16_t, red_uint16_t, red_int32_t,
+                                                        red_uint32_t, red_int64_t, red_uint64_t, red_float, red_double};
+    const char *pre = "nm_sh_reduce_";
+    if (strncmp(name, pre, strlen(pre))) return CUDA_ERROR_NOT_SUPPORTED;
+    for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+        if (!strcmp(name + strlen(pre), kinds[k]))
+            return red[k]((const nm_sh_args_t *)params[0]) ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 /* a handle: the allocating process, its memfd and the allocation's size */
