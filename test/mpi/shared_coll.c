@@ -11,8 +11,9 @@
  * Reduce_scatter_block, Reduce_scatter (blocks of different sizes, one empty), Bcast, Allgather,
  * Allgatherv (blocks of different sizes with gaps, one empty), Gather, Scatter, Alltoall; roots 0
  * and n-1; MPI_IN_PLACE wherever MPI allows it; ints, doubles and 8-bit integers with several ops,
- * and a non-contiguous type for the calls that move data; counts from one element to several
- * slots. At the end every call must have run on the window (ncclmpi's route counters).
+ * a non-contiguous type for the calls that move data, and ranks that move the same signature
+ * with different types (odd ranks 2c ints, even ranks c pairs of ints); counts from one element
+ * to several slots. At the end every call must have run on the window (ncclmpi's route counters).
  * Prints "shared_coll: ok" when every rank passed. */
 #include <mpi.h>
 #include <stdint.h>
@@ -174,6 +175,21 @@ int main(int argc, char **argv)
                     }
                 }
     }
+    /* per-rank layouts of one signature: odd ranks move 2c MPI_INTs, even ranks c pairs of them
+     * (a contiguous type), so every rank must still make the same chunks */
+    MPI_Datatype pair;
+    MPI_Type_contiguous(2, MPI_INT, &pair);
+    MPI_Type_commit(&pair);
+    MPI_Type_set_name(pair, "contiguous(2,INT)");
+    const int movers[] = {BCAST, ALLGATHER, GATHER, SCATTER, ALLTOALL};
+    for (int m = 0; m < 5; m++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int ri = 0; ri < 2; ri++) {
+                const int odd = rank % 2, c = counts[ci] / 2 + 1;
+                case_t x = {movers[m], odd ? 2 * c : c, ri ? size - 1 : 0, 0, odd ? MPI_INT : pair, MPI_OP_NULL, {0}, {0}, 0, 0};
+                run_case(&x);
+            }
+    MPI_Type_free(&pair);
     /* every call ran on the window: the route counters of ncclmpi (ranks share the stand-in's GPU 0) */
     for (int k = 0; k < NK && size > 1; k++) {
         unsigned long long ipc = 0;
