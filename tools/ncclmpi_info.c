@@ -198,6 +198,9 @@ static void print_functions(void)
         }
         if (col % cols) putchar('\n');
     }
+    printf("  Where ranks share a GPU (NCCL refuses them), the blocking collectives whose counts every rank\n"
+           "  knows (Scan and Exscan included) run on that GPU through CUDA IPC windows from NCCLMPI_SHARED_MIN\n"
+           "  bytes (NCCLMPI_SHARED_GPU).\n");
 }
 
 /* ---- run-time probe ------------------------------------------------------------------------- */
