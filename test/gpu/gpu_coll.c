@@ -115,6 +115,23 @@ static void fill(void *p, MPI_Datatype dt, MPI_Op op, size_t n, unsigned seed)
  * ------------------------------------------------------------------------------------------- */
 #define CALL(pm, fn, ...) ((pm) ? PMPI_##fn(__VA_ARGS__) : MPI_##fn(__VA_ARGS__))
 
+/* The reference's 8-bit MPI_SUM: a sum that wraps, as ncclmpi's paths compute it. Open MPI 4.1's
+ * own 8-bit sum saturates in its vectorised part (AVX), which long enough vectors reach: at 12
+ * ranks its MPI_Reduce_scatter of int8 sums differs from the wrapped sums. */
+static void wrap8_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    for (int i = 0; i < *len; i++)
+        ((uint8_t *)inout)[i] = (uint8_t)(((const uint8_t *)in)[i] + ((uint8_t *)inout)[i]);
+}
+static MPI_Op ref_op(int pm, MPI_Datatype dt, MPI_Op op)
+{
+    static MPI_Op wrap8 = MPI_OP_NULL;
+    if (!pm || op != MPI_SUM || (dt != MPI_INT8_T && dt != MPI_UINT8_T)) return op;
+    if (wrap8 == MPI_OP_NULL) MPI_Op_create(wrap8_sum, 1, &wrap8);
+    return wrap8;
+}
+
 typedef struct {
     int *scounts, *sdispls, *rcounts, *rdispls, *wsd, *wrd;
     MPI_Datatype *wst, *wrt;
@@ -125,20 +142,21 @@ static int run_coll(const tcase_t *t, int pm, const void *sb, void *rb, const la
     int c = t->count, r = t->root;
     MPI_Comm cm = t->comm;
     MPI_Datatype dt = t->dt;
+    const MPI_Op op = ref_op(pm, t->dt, t->op);
     const void *s = t->inplace ? MPI_IN_PLACE : sb;
     int crank;
     MPI_Comm_rank(cm, &crank);
     if (!t->nb) switch (t->coll) {
-        case ALLREDUCE: return CALL(pm, Allreduce, s, rb, c, dt, t->op, cm);
-        case REDUCE: return CALL(pm, Reduce, crank == r ? s : sb, crank == r ? rb : NULL, c, dt, t->op, r, cm);
+        case ALLREDUCE: return CALL(pm, Allreduce, s, rb, c, dt, op, cm);
+        case REDUCE: return CALL(pm, Reduce, crank == r ? s : sb, crank == r ? rb : NULL, c, dt, op, r, cm);
         case BCAST: return CALL(pm, Bcast, rb, c, dt, r, cm);
         case ALLGATHER: return CALL(pm, Allgather, s, c, dt, rb, c, dt, cm);
         case ALLGATHERV: return CALL(pm, Allgatherv, s, L->rcounts[crank], dt, rb, L->rcounts, L->rdispls, dt, cm);
         case ALLTOALL: return CALL(pm, Alltoall, s, c, dt, rb, c, dt, cm);
         case ALLTOALLV: return CALL(pm, Alltoallv, s, L->scounts, L->sdispls, dt, rb, L->rcounts, L->rdispls, dt, cm);
         case ALLTOALLW: return CALL(pm, Alltoallw, s, L->scounts, L->wsd, L->wst, rb, L->rcounts, L->wrd, L->wrt, cm);
-        case REDUCE_SCATTER: return CALL(pm, Reduce_scatter, s, rb, L->rcounts, dt, t->op, cm);
-        case REDUCE_SCATTER_BLOCK: return CALL(pm, Reduce_scatter_block, s, rb, c, dt, t->op, cm);
+        case REDUCE_SCATTER: return CALL(pm, Reduce_scatter, s, rb, L->rcounts, dt, op, cm);
+        case REDUCE_SCATTER_BLOCK: return CALL(pm, Reduce_scatter_block, s, rb, c, dt, op, cm);
         /* arguments the standard ignores on non-roots get NULL, -1 and MPI_DATATYPE_NULL */
         case GATHER:
             return CALL(pm, Gather, crank == r ? s : sb, c, dt, crank == r ? rb : NULL, crank == r ? c : -1,
@@ -154,22 +172,22 @@ static int run_coll(const tcase_t *t, int pm, const void *sb, void *rb, const la
             return CALL(pm, Scatterv, crank == r ? sb : NULL, crank == r ? L->scounts : NULL,
                         crank == r ? L->sdispls : NULL, crank == r ? dt : MPI_DATATYPE_NULL,
                         (t->inplace && crank == r) ? MPI_IN_PLACE : rb, L->scounts[crank], dt, r, cm);
-        case SCAN: return CALL(pm, Scan, s, rb, c, dt, t->op, cm);
-        case EXSCAN: return CALL(pm, Exscan, s, rb, c, dt, t->op, cm);
+        case SCAN: return CALL(pm, Scan, s, rb, c, dt, op, cm);
+        case EXSCAN: return CALL(pm, Exscan, s, rb, c, dt, op, cm);
         }
     switch (t->coll) {
-    case ALLREDUCE: return CALL(pm, Iallreduce, s, rb, c, dt, t->op, cm, req);
-    case REDUCE: return CALL(pm, Ireduce, crank == r ? s : sb, crank == r ? rb : NULL, c, dt, t->op, r, cm, req);
+    case ALLREDUCE: return CALL(pm, Iallreduce, s, rb, c, dt, op, cm, req);
+    case REDUCE: return CALL(pm, Ireduce, crank == r ? s : sb, crank == r ? rb : NULL, c, dt, op, r, cm, req);
     case BCAST: return CALL(pm, Ibcast, rb, c, dt, r, cm, req);
     case ALLGATHER: return CALL(pm, Iallgather, s, c, dt, rb, c, dt, cm, req);
     case ALLTOALL: return CALL(pm, Ialltoall, s, c, dt, rb, c, dt, cm, req);
     case ALLTOALLV: return CALL(pm, Ialltoallv, s, L->scounts, L->sdispls, dt, rb, L->rcounts, L->rdispls, dt, cm, req);
-    case REDUCE_SCATTER_BLOCK: return CALL(pm, Ireduce_scatter_block, s, rb, c, dt, t->op, cm, req);
+    case REDUCE_SCATTER_BLOCK: return CALL(pm, Ireduce_scatter_block, s, rb, c, dt, op, cm, req);
     case GATHERV:
         return CALL(pm, Igatherv, crank == r ? s : sb, L->rcounts[crank], dt, crank == r ? rb : NULL,
                     crank == r ? L->rcounts : NULL, crank == r ? L->rdispls : NULL, crank == r ? dt : MPI_DATATYPE_NULL,
                     r, cm, req);
-    case SCAN: return CALL(pm, Iscan, s, rb, c, dt, t->op, cm, req);
+    case SCAN: return CALL(pm, Iscan, s, rb, c, dt, op, cm, req);
     default: return MPI_ERR_OTHER;
     }
 }

@@ -24,7 +24,7 @@
 #include "../unit/stand_in.h"
 #include "ncclmpi.h"
 
-enum { NBUF = 4, BUFSZ = 4 << 20, MAXR = 8 };
+enum { NBUF = 4, BUFSZ = 4 << 20, MAXR = 32 };
 enum { ALLREDUCE, REDUCE, SCAN, EXSCAN, RSB, RS, BCAST, ALLGATHER, ALLGATHERV, GATHER, SCATTER, ALLTOALL, NK };
 static const char *const kname[NK] = {"Allreduce", "Reduce", "Scan", "Exscan", "Reduce_scatter_block", "Reduce_scatter",
                                       "Bcast", "Allgather", "Allgatherv", "Gather", "Scatter", "Alltoall"};

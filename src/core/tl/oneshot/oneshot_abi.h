@@ -74,9 +74,11 @@ typedef struct nm_os_args {
 
 /* Ranks sharing a GPU (src/core/tl/shared/shared_gpu.cc): one kernel per rank combines the n
  * contributions in[0], ..., in[n-1] (in that order: the same bits on every rank) into out. No
- * flags: the host orders the contributions before the launch. */
+ * flags: the host orders the contributions before the launch. A communicator of at most
+ * NM_SH_MAX_RANKS ranks (several ranks on each of a node's GPUs). */
+#define NM_SH_MAX_RANKS 32
 typedef struct nm_sh_args {
-    const char *in[NM_OS_MAX_RANKS];
+    const char *in[NM_SH_MAX_RANKS];
     char *out;
     unsigned long long count; /* elements */
     int n, op, esize;

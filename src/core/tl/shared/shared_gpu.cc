@@ -35,7 +35,7 @@ struct SharedWin {
     size_t slot = 0;                        // bytes of one parity's slot
     CUdeviceptr own = 0;                    // this rank's allocation: two slots, then `tmp`
     CUdeviceptr tmp = 0;                    // a private slot: a result bound for host memory
-    CUdeviceptr win[NM_OS_MAX_RANKS] = {};  // every rank's two slots as mapped here (own included)
+    CUdeviceptr win[NM_SH_MAX_RANKS] = {};  // every rank's two slots as mapped here (own included)
     const CUfunction *fn = nullptr;
     unsigned long long min_bytes = 0;  // agreed: the smallest call that runs here
     uint64_t seq = 0;                  // chunks run (the same on every rank): parity seq & 1
@@ -54,7 +54,7 @@ void shared_setup(CommState *cs, int device)
 {
     const int n = cs->size;
     // rank-consistent preconditions (the size, the settings, the library): no collective at all
-    if (!nm_cfg.SHARED_GPU || !kernels_built() || cs->inter || n < 2 || n > NM_OS_MAX_RANKS) return;
+    if (!nm_cfg.SHARED_GPU || !kernels_built() || cs->inter || n < 2 || n > NM_SH_MAX_RANKS) return;
     SharedWin *w = new SharedWin;
     w->n = n;
     w->rank = cs->rank;
@@ -81,7 +81,7 @@ void shared_setup(CommState *cs, int device)
     // bytes; under MPS (every rank: the largest wins) from 32 KiB, unless the setting is given
     // (measured on 1xH200, 2 ranks: doc/performance.md, "Ranks sharing a GPU")
     const unsigned long long min = mps && !nm_cfg_from_env("SHARED_MIN") ? 32768ull : (unsigned long long)nm_cfg.SHARED_MIN;
-    unsigned long long mins[NM_OS_MAX_RANKS];
+    unsigned long long mins[NM_SH_MAX_RANKS];
     if (!ipc_share(cs->comm, n, w->rank, w->ctx, mine, min, w->win, mins, &why)) {
         NM_DEBUG(INIT, "%s: no shared-GPU window: %s", cs->describe().c_str(), why.c_str());
         shared_release(w);
@@ -105,9 +105,9 @@ struct Shape {
     size_t es = 1;        // bytes of one element the kernel combines; 1 for copies
     int pieces = 1;       // chunks per slot: 1, or n (the kind's, the same on every rank)
     int nsum = 0;         // slots the kernel combines: all n, or a prefix (Scan, Exscan)
-    size_t bsz[NM_OS_MAX_RANKS] = {};  // bytes of block q
-    size_t bpos[NM_OS_MAX_RANKS] = {};  // where block q starts in the dense image of all blocks
-    size_t opos[NM_OS_MAX_RANKS] = {};  // ... and in a dense output buffer (Allgatherv: its displacement)
+    size_t bsz[NM_SH_MAX_RANKS] = {};  // bytes of block q
+    size_t bpos[NM_SH_MAX_RANKS] = {};  // where block q starts in the dense image of all blocks
+    size_t opos[NM_SH_MAX_RANKS] = {};  // ... and in a dense output buffer (Allgatherv: its displacement)
     size_t maxblk = 0, total = 0;       // the largest block; the message's bytes (the threshold's)
     size_t chunk = 0;                   // bytes of one block per step: the slot's share, whole elements
     bool in = false, out = false;       // this rank writes its slot / builds a result
@@ -252,7 +252,7 @@ bool shared_applies(const OpCtx &c)
 // kernel (one launch for several), the others as driver copies
 static nm_status_t copy_all(const SharedWin *w, const nm_copyv_region_t *r, int n, bool to_device)
 {
-    nm_copyv_region_t k[NM_OS_MAX_RANKS];
+    nm_copyv_region_t k[NM_SH_MAX_RANKS];
     int nk = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].bytes == 0) continue;
@@ -331,7 +331,7 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
     }
     char *const res = hout ? hout : dst;
     const size_t *pos = hout ? s.bpos : s.opos;  // where block q goes in res
-    nm_copyv_region_t r[NM_OS_MAX_RANKS];
+    nm_copyv_region_t r[NM_SH_MAX_RANKS];
     for (size_t off = 0; off < s.maxblk && *mpi_rc == MPI_SUCCESS; off += s.chunk) {  // every rank makes every barrier
         // the bytes of block q in this step
         auto part = [&](int q) { return s.bsz[q] > off ? std::min(s.chunk, s.bsz[q] - off) : (size_t)0; };
