@@ -229,6 +229,7 @@ static int kernels_on(void)
     return k && *k == '1';
 }
 static char fake_module;
+EXPORT unsigned long fake_cuda_kernel_launches; /* kernels run (test/unit/p2p_burst.sh) */
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
     (void)image;
@@ -292,6 +293,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     if (!strcmp(name, NM_COPYV_KERNEL)) {
         const nm_copyv_args_t *a = (const nm_copyv_args_t *)params[0];
         for (unsigned y = 0; y < gy && y < NM_COPYV_MAX; y++) memmove(a->r[y].dst, a->r[y].src, a->r[y].bytes);
+        fake_cuda_kernel_launches++;
         return CUDA_SUCCESS;
     }
     static const char *const kinds[] = {"i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64"};
@@ -300,8 +302,11 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     const char *pre = "nm_sh_reduce_";
     if (strncmp(name, pre, strlen(pre))) return CUDA_ERROR_NOT_SUPPORTED;
     for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
-        if (!strcmp(name + strlen(pre), kinds[k]))
-            return red[k]((const nm_sh_args_t *)params[0]) ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+        if (!strcmp(name + strlen(pre), kinds[k])) {
+            if (!red[k]((const nm_sh_args_t *)params[0])) return CUDA_ERROR_NOT_SUPPORTED;
+            fake_cuda_kernel_launches++;
+            return CUDA_SUCCESS;
+        }
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 /* a handle: the allocating process, its memfd and the allocation's size */

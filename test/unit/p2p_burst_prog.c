@@ -1,7 +1,8 @@
 /* p2p_burst_prog: bursts of nonblocking point-to-point calls on device buffers of the stand-in
  * CUDA driver (test/unit/fake_cuda.c; its device memory is host memory, so the program fills and
  * checks it directly), run by test/unit/p2p_burst.sh with envelopes off, in the host test mode and
- * in device mode. Each rank exchanges a burst of messages with its ring neighbours and itself:
+ * in device mode (also with the stand-in's CUDA IPC and kernels, where the payloads of a burst are
+ * copied by copy-kernel launches). Each rank exchanges a burst of messages with its ring neighbours and itself:
  * small ones (staged: nonblocking sends wait in ncclmpi's send queue until the next call that may
  * wait, the first two of a burst copied at their calls, the later ones at the flush), some with a
  * send buffer off 16-byte alignment, one in a non-contiguous datatype, one in a contiguous derived
@@ -115,6 +116,14 @@ int main(int argc, char **argv)
             printf("rank %d iteration %d: the freed request's message is %d (want %d)\n", rank, it, fv, val(left, it, 99, 0));
         }
         MPI_Barrier(MPI_COMM_WORLD);  /* (the freed send's buffer is reused next iteration) */
+    }
+    /* P2P_BURST_KERNELS=1 (the stand-in runs kernels): the payload copies of the bursts went by
+     * copy-kernel launches, on every rank */
+    const char *ek = getenv("P2P_BURST_KERNELS");
+    const unsigned long *launches = (const unsigned long *)dlsym(RTLD_DEFAULT, "fake_cuda_kernel_launches");
+    if (ek && *ek == '1' && (!launches || *launches == 0)) {
+        failures++;
+        printf("rank %d: no copy kernel ran (the stand-in counted %lu launches)\n", rank, launches ? *launches : 0ul);
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
