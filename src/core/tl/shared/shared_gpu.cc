@@ -115,7 +115,7 @@ struct Shape {
     bool gather = false;                // the result holds every rank's block (Allgather(v), Gather, Alltoall)
     int from = -1;                      // the result is the root's (Bcast) or its piece of the root's (Scatter)
     Side src{}, dst{};                  // the whole input, the whole result (Allgatherv: see vcounts)
-    const int *vcounts = nullptr, *vdispls = nullptr;  // Allgatherv: the result is n runs at the displacements
+    const int *vcounts = nullptr;       // Allgatherv: the result is n runs, run q at dst.p + opos[q]
 };
 
 // Everything but `in`, `out`, `self`, `src`, `dst` and `opos` comes from facts every rank shares
@@ -217,7 +217,6 @@ static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
         s->in = s->out = true;
         s->self = !c.inplace;
         s->vcounts = o->rcounts;
-        s->vdispls = o->rdispls;
         for (int q = 0; q < n; q++) s->opos[q] = (size_t)((MPI_Aint)o->rdispls[q] * rext);
         s->src = c.inplace ? Side{(const char *)o->rbuf + (MPI_Aint)o->rdispls[rank] * rext, o->rcounts[rank], o->rtype}
                            : Side{o->sbuf, o->scount, o->stype};
@@ -243,9 +242,9 @@ bool shared_applies(const OpCtx &c)
 {
     const SharedWin *w = c.cs ? c.cs->shared : nullptr;
     const nm_op_t *o = c.o;
-    Shape s;
-    if (!w || (o->flags & (NM_OPF_NB | NM_OPF_PERS)) || nm_cfg.AGREE || nm_cfg.FORCE_STAGED || !shape_of(c, w, &s)) return false;
-    return (unsigned long long)s.total >= w->min_bytes;
+    if (!w || (o->flags & (NM_OPF_NB | NM_OPF_PERS)) || nm_cfg.AGREE || nm_cfg.FORCE_STAGED) return false;
+    Shape s;  // (only where a window exists: a staged call elsewhere builds none)
+    return shape_of(c, w, &s) && (unsigned long long)s.total >= w->min_bytes;
 }
 
 // Copies on the legacy stream: device to device ones with 16-byte-aligned ends by the copy
@@ -266,16 +265,18 @@ static nm_status_t copy_all(const SharedWin *w, const nm_copyv_region_t *r, int 
     return NM_OK;
 }
 
+// Allgatherv's run q of the result
+static Side run_of(const Shape &s, int q) { return Side{(const char *)s.dst.p + s.opos[q], s.vcounts[q], s.dst.type}; }
+
 // The result's dense image (pinned host memory) <-> the application's buffer: one Side, or
 // Allgatherv's n runs at their displacements
 static nm_status_t result_dense(const Shape &s, int n, char *img, bool pack)
 {
     if (!s.vcounts) return pack ? dense_pack(s.dst, img, s.total) : dense_unpack(img, s.total, s.dst);
-    const DtypeInfo *d = dtype_info(s.dst.type);
     nm_status_t st = NM_OK;
     for (int q = 0; q < n && st == NM_OK; q++) {
         if (s.bsz[q] == 0) continue;
-        const Side run{(const char *)s.dst.p + (MPI_Aint)s.vdispls[q] * d->extent, s.vcounts[q], s.dst.type};
+        const Side run = run_of(s, q);
         st = pack ? dense_pack(run, img + s.bpos[q], s.bsz[q]) : dense_unpack(img + s.bpos[q], s.bsz[q], run);
     }
     return st;
@@ -287,7 +288,7 @@ static bool result_in_place(const Shape &s, int n, const DtypeInfo *d)
     if (!d || !d->contig) return false;
     if (!s.vcounts) return side_is_device(s.dst, d);
     for (int q = 0; q < n; q++)
-        if (s.bsz[q] && !side_is_device(Side{(const char *)s.dst.p + (MPI_Aint)s.vdispls[q] * d->extent, s.vcounts[q], s.dst.type}, d))
+        if (s.bsz[q] && !side_is_device(run_of(s, q), d))
             return false;
     return true;
 }
