@@ -12,7 +12,7 @@
 #   hazard  the hazard suite only
 #   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
 #           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
-#   bench   engine_bench (with and without coalescing), coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at
+#   bench   engine_bench (with and without coalescing), comm_bench (with and without NCCLMPI_COMM_CACHE), coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at
 #           one rank per GPU, timeslice_bench at two ranks per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
@@ -137,6 +137,10 @@ np=$ngpu
   timeout 150 $run -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 200 -o "$OUT/engine_np$np.csv" 2>&1
   echo "== engine_bench np=$np, NCCLMPI_COALESCE=0"
   NCCLMPI_COALESCE=0 timeout 100 $run -x NCCLMPI_COALESCE -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 100 2>&1 | grep -E "Iallreduce|group_begin"
+  for cache in 0 2; do
+    echo "== comm_bench np=$np, NCCLMPI_COMM_CACHE=$cache (a communicator per use vs a kept one)"
+    NCCLMPI_COMM_CACHE=$cache timeout 120 $run -x NCCLMPI_COMM_CACHE -np "$np" ./bench/comm_bench -o "$OUT/comm_np${np}_cache$cache.csv" 2>&1
+  done
   echo "== coll_bench np=$np"
   emax=64M; [ "$mode" = full ] && emax=1G
   timeout 240 $run -np "$np" ./bench/coll_bench -b 8 -e $emax -f 4 -o "$OUT/bench_np$np.csv" 2>&1

@@ -7,7 +7,8 @@
  * on device buffers, empty contributions with NULL buffers as the first device call of a
  * communicator, MPI_BOTTOM and negative lower bounds, signatures that match with different
  * types, byte reductions that wrap, mixed host/device buffers, threads entering communicators in
- * opposite orders, nonblocking collectives crossing point-to-point, communicator churn, progress
+ * opposite orders, nonblocking collectives crossing point-to-point, communicator churn (also with
+ * device collectives on every new communicator, from two threads at once), progress
  * of host messages while a device collective waits, injected faults, a killed rank and bad
  * arguments. Results are checked against values computed on the host; receive buffers are
  * poisoned (0xAB) with 256-byte guard zones on both sides, and every byte MPI must not write has
@@ -1369,6 +1370,95 @@ static void sc_dup_churn(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* 14b. use_churn: communicators made, used on device buffers and freed in a loop             */
+
+/* an Allgather of n ints per rank on device buffers of comm c, checked (rank order shows) */
+static void dev_allgather_check(MPI_Comm c, int n, int salt, const char *what)
+{
+    int cr, cs;
+    MPI_Comm_rank(c, &cr);
+    MPI_Comm_size(c, &cs);
+    int *h = malloc(n * sizeof(int)), *want = malloc((size_t)n * cs * sizeof(int));
+    for (int q = 0; q < cs; q++)
+        for (int i = 0; i < n; i++) want[(size_t)q * n + i] = q * 100003 + i * 7 + salt;
+    memcpy(h, want + (size_t)cr * n, n * sizeof(int));
+    gbuf_t s = gb_dev_from(h, n * sizeof(int)), r = gb_dev((size_t)n * cs * sizeof(int));
+    STEP();
+    int rc = MPI_Allgather(s.p, n, MPI_INT, r.p, n, MPI_INT, c);
+    CHECK(rc == MPI_SUCCESS, "%s: MPI_Allgather returned %d", what, rc);
+    gb_expect(&r, want, 4, what);
+    gb_free(&s);
+    gb_free(&r);
+    free(h);
+    free(want);
+}
+
+/* Each iteration makes a communicator (a duplicate, a split of the same order, one with the ranks
+ * reversed, or halves) and a duplicate of it or of MPI_COMM_WORLD, runs checked device
+ * collectives on both, and frees them in an order that differs between odd and even ranks; a later
+ * communicator of the same processes in the same order takes over a freed one's NCCL
+ * communicator or shared-GPU window (NCCLMPI_COMM_CACHE), one of another order must not. With
+ * `tid` >= 0, one of two threads that churn at once (their communicators have the same processes). */
+static void use_churn(MPI_Comm parent, int tid, int iters)
+{
+    int pr, pn;
+    MPI_Comm_rank(parent, &pr);
+    MPI_Comm_size(parent, &pn);
+    for (int it = 0; it < iters; it++) {
+        MPI_Comm a, b;
+        STEP();
+        switch (it % 4) {
+        case 0: MPI_Comm_dup(parent, &a); break;
+        case 1: MPI_Comm_split(parent, 0, pr, &a); break;
+        case 2: MPI_Comm_split(parent, 0, pn - pr, &a); break;
+        default: MPI_Comm_split(parent, pr % 2, pr, &a); break;
+        }
+        STEP();
+        MPI_Comm_dup(it % 2 ? a : parent, &b);
+        char what[96];
+        snprintf(what, sizeof(what), "thread %d iteration %d (kind %d)", tid, it, it % 4);
+        dev_allgather_check(a, 3000 + it, it + 100 * tid, what);
+        dev_allreduce_check(b, 1000 + it, it, what);
+        dev_allgather_check(b, 5 + it, it + 7, what);
+        STEP();
+        MPI_Comm_free(pr % 2 ? &a : &b);
+        STEP();
+        MPI_Comm_free(pr % 2 ? &b : &a);
+    }
+}
+
+static void sc_use_churn(void) { use_churn(MPI_COMM_WORLD, 0, 24); }
+
+typedef struct {
+    MPI_Comm parent;
+    int tid;
+} churn_arg_t;
+
+static void *churn_thread(void *vp)
+{
+    churn_arg_t *a = vp;
+    if (!host_mode) CUDACHECK(cudaSetDevice(g_dev));
+    use_churn(a->parent, a->tid, 16);
+    return NULL;
+}
+
+static void sc_use_churn_threads(void)
+{
+    churn_arg_t a[2] = {{fresh_dup(), 0}, {fresh_dup(), 1}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, churn_thread, &a[i])) {
+            fprintf(stderr, "gpu_hazard use_churn_threads: pthread_create failed\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    STEP();
+    MPI_Comm_free(&a[0].parent);
+    STEP();
+    MPI_Comm_free(&a[1].parent);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* 15. progress: a 64 MiB host Isend must progress while rank 0 waits in a device Allreduce */
 
 static void sc_progress(void)
@@ -2173,6 +2263,8 @@ static const scenario_t scenarios[] = {
     {"first_nb_crossing", sc_first_nb_crossing, NULL, 2, 0, 0, 0, 0, 0},
     {"comm_free_outstanding", sc_comm_free_outstanding, NULL, 2, 0, 0, 0, 0, 0},
     {"dup_churn", sc_dup_churn, NULL, 1, 0, 0, 0, 0, 0},
+    {"use_churn", sc_use_churn, NULL, 1, 0, 0, 0, 0, 0},
+    {"use_churn_threads", sc_use_churn_threads, NULL, 1, 0, 1, 0, 0, 0},
     {"progress", sc_progress, NULL, 2, 0, 0, 0, 0, 0},
     {"coalesce_triggers", sc_coalesce_triggers, NULL, 2, 0, 0, 0, 0, 0},
     {"explicit_group", sc_explicit_group, NULL, 1, 0, 0, 0, 0, 0},

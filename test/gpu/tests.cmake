@@ -53,7 +53,7 @@ set_tests_properties(gpu_misc_np2_eager PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP
                      ENVIRONMENT "NCCLMPI_EAGER=1")
 
 # per-rank layouts and signatures on the shared GPU's path (every size, small slots: many chunks)
-foreach(sc layout_gather layout_bcast layout_reduce bottom signature_pipelined fuzz)
+foreach(sc layout_gather layout_bcast layout_reduce bottom signature_pipelined fuzz use_churn use_churn_threads)
   add_test(gpu_hazard_${sc}_np3_shared ${GRUN} 3 "${B}/test/gpu/gpu_hazard" ${sc})
   set_tests_properties(gpu_hazard_${sc}_np3_shared PROPERTIES LABELS "gpu" TIMEOUT 180 SKIP_RETURN_CODE 77
                        ENVIRONMENT "NCCLMPI_SHARED_MIN=0;NCCLMPI_SHARED_SLOT=64K")
@@ -63,7 +63,7 @@ endforeach()
 set(NM_HAZARD "${B}/test/gpu/gpu_hazard")
 set(NM_HAZARD_SCENARIOS layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
     empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing
-    comm_free_outstanding dup_churn progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order)
+    comm_free_outstanding dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order)
 set(NM_HAZARD_NP3_SKIP fault fault_nb)  # NCCL launches only
 foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
   foreach(np 2 3)

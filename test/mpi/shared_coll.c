@@ -14,6 +14,8 @@
  * a non-contiguous type for the calls that move data, and ranks that move the same signature
  * with different types (odd ranks 2c ints, even ranks c pairs of ints); counts from one element
  * to several slots. At the end every call must have run on the window (ncclmpi's route counters).
+ * First, communicators made and freed in a loop (churn(); alone with SHARED_COLL_ONLY=churn), whose windows later
+ * communicators of the same processes in the same order take over.
  * Prints "shared_coll: ok" when every rank passed. */
 #include <mpi.h>
 #include <stdint.h>
@@ -29,6 +31,7 @@ enum { ALLREDUCE, REDUCE, SCAN, EXSCAN, RSB, RS, BCAST, ALLGATHER, ALLGATHERV, G
 static const char *const kname[NK] = {"Allreduce", "Reduce", "Scan", "Exscan", "Reduce_scatter_block", "Reduce_scatter",
                                       "Bcast", "Allgather", "Allgatherv", "Gather", "Scatter", "Alltoall"};
 static int rank, size, failures, cases;
+static MPI_Comm cm; /* the communicator of the calls (MPI_COMM_WORLD but in churn()) */
 static CUdeviceptr bufs[NBUF];
 
 static int reduction(int k) { return k <= RS; }
@@ -69,7 +72,7 @@ static void layout(case_t *x)
 #define CALL(pm, name, ...) ((pm) ? PMPI_##name(__VA_ARGS__) : MPI_##name(__VA_ARGS__))
 static int run(const case_t *x, int pm, void *s, void *r)
 {
-    const MPI_Comm w = MPI_COMM_WORLD;
+    const MPI_Comm w = cm;
     void *sb = x->inplace ? MPI_IN_PLACE : s;
     switch (x->k) {
     case ALLREDUCE: return CALL(pm, Allreduce, sb, r, x->c, x->t, x->op, w);
@@ -141,11 +144,57 @@ static void run_case(case_t *x)
     free(hr);
 }
 
+/* Communicators made, used and freed in a loop, two at a time, freed in another order on odd ranks
+ * than on even ones: a later one takes over the window of a freed one of the same processes in the
+ * same order (NCCLMPI_COMM_CACHE), while one with the ranks reversed or of half of them must make
+ * its own (Scan, Exscan, Allgatherv and Alltoall would show a window of another order). */
+static void churn(void)
+{
+    int wr, wn;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    MPI_Comm_size(MPI_COMM_WORLD, &wn);
+    const int kinds[] = {SCAN, EXSCAN, ALLGATHERV, ALLTOALL, ALLREDUCE, REDUCE};
+    for (int it = 0; it < 16; it++) {
+        MPI_Comm a, b;
+        switch (it % 4) {
+        case 0: MPI_Comm_dup(MPI_COMM_WORLD, &a); break;
+        case 1: MPI_Comm_split(MPI_COMM_WORLD, 0, wr, &a); break;          /* the same order */
+        case 2: MPI_Comm_split(MPI_COMM_WORLD, 0, wn - wr, &a); break;     /* reversed */
+        default: MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &a); break;    /* halves */
+        }
+        MPI_Comm_dup(it % 2 ? a : MPI_COMM_WORLD, &b);
+        for (int use = 0; use < 2; use++) {
+            cm = use ? b : a;
+            MPI_Comm_rank(cm, &rank);
+            MPI_Comm_size(cm, &size);
+            for (int ki = 0; ki < 6; ki++) {
+                const int k = kinds[(ki + it + use) % 6];
+                case_t x = {k, ki % 2 ? 7 : 40000, size - 1, 0, MPI_INT, k == ALLGATHERV || k == ALLTOALL ? MPI_OP_NULL : MPI_SUM,
+                            {0}, {0}, 0, 0};
+                run_case(&x);
+            }
+        }
+        if (wr % 2) {
+            MPI_Comm_free(&a);
+            MPI_Comm_free(&b);
+        } else {
+            MPI_Comm_free(&b);
+            MPI_Comm_free(&a);
+        }
+    }
+    cm = MPI_COMM_WORLD;
+    rank = wr;
+    size = wn;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    cm = MPI_COMM_WORLD;
+    const char *only = getenv("SHARED_COLL_ONLY");
+    const int churn_only = only && !strcmp(only, "churn");
     void *drv = stand_in_driver("shared_coll", NBUF, BUFSZ, bufs);
     int (*routes)(const char *, int, unsigned long long *) =
         (int (*)(const char *, int, unsigned long long *))dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
@@ -162,7 +211,8 @@ int main(int argc, char **argv)
     const MPI_Op red_op[] = {MPI_SUM, MPI_MAX, MPI_BXOR, MPI_SUM, MPI_SUM};
     const MPI_Datatype move_t[] = {MPI_INT, MPI_DOUBLE, vec};
     const int counts[] = {1, 7, 40000}; /* 40000 ints: 160 KB, several 64 KiB chunks */
-    for (int k = 0; k < NK; k++) {
+    churn();
+    for (int k = 0; k < NK && !churn_only; k++) {
         const int nt = reduction(k) ? 5 : 3;
         for (int ti = 0; ti < nt; ti++)
             for (int ci = 0; ci < 3; ci++)
@@ -182,7 +232,7 @@ int main(int argc, char **argv)
     MPI_Type_commit(&pair);
     MPI_Type_set_name(pair, "contiguous(2,INT)");
     const int movers[] = {BCAST, ALLGATHER, GATHER, SCATTER, ALLTOALL};
-    for (int m = 0; m < 5; m++)
+    for (int m = 0; m < 5 && !churn_only; m++)
         for (int ci = 0; ci < 3; ci++)
             for (int ri = 0; ri < 2; ri++) {
                 const int odd = rank % 2, c = counts[ci] / 2 + 1;
@@ -191,7 +241,7 @@ int main(int argc, char **argv)
             }
     MPI_Type_free(&pair);
     /* every call ran on the window: the route counters of ncclmpi (ranks share the stand-in's GPU 0) */
-    for (int k = 0; k < NK && size > 1; k++) {
+    for (int k = 0; k < NK && size > 1 && !churn_only; k++) {
         unsigned long long ipc = 0;
         routes(kname[k], NCCLMPI_ROUTE_IPC, &ipc);
         if (ipc == 0) {

@@ -1,8 +1,9 @@
 /* A one-rank stand-in for libnccl.so.2 (bench/device_overhead.sh): with the stand-in driver
  * (fake_cuda.c) it lets ncclmpi's NCCL route run on a machine without a GPU, so that callgrind can
- * count the host instructions the layer itself spends per device-buffer call. Every collective
- * of one rank is a copy from the send to the receive buffer; more than one rank is refused
- * (ncclmpi then takes the staged path). Not a model of NCCL: no test checks results against it. */
+ * count the host instructions the layer itself spends per device-buffer call, and lets tests run
+ * communicators of one rank on the NCCL route. Every collective of one rank is a copy from the
+ * send to the receive buffer, a send to itself a copy into its receive; more than one rank is
+ * refused (ncclmpi then takes the staged path). Not a model of NCCL. */
 #include <nccl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -94,14 +95,34 @@ EXPORT ncclResult_t ncclScatter(const void *s, void *r, size_t n, ncclDataType_t
     (void)root; (void)c; (void)st;
     return copy(s, r, n, t);
 }
-/* one rank: a send to itself meets its receive in the same group; neither is used by the bench */
+/* one rank: a send to itself meets its receive (in call order, within or across groups: the
+ * stand-in has no streams to order them by) */
+#define PEND 64
+static struct { const void *s; void *r; size_t bytes; } sends[PEND], recvs[PEND];
+static int nsends, nrecvs;
+static ncclResult_t meet(void)
+{
+    while (nsends && nrecvs) {
+        if (sends[0].bytes != recvs[0].bytes) return ncclInvalidUsage;
+        if (sends[0].bytes && sends[0].s != recvs[0].r) memmove(recvs[0].r, sends[0].s, sends[0].bytes);
+        memmove(sends, sends + 1, --nsends * sizeof(sends[0]));
+        memmove(recvs, recvs + 1, --nrecvs * sizeof(recvs[0]));
+    }
+    return ncclSuccess;
+}
 EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
-    (void)s; (void)n; (void)t; (void)peer; (void)c; (void)st;
-    return ncclInvalidUsage;
+    (void)c; (void)st;
+    if (peer != 0 || nsends == PEND) return ncclInvalidUsage;
+    sends[nsends].s = s;
+    sends[nsends++].bytes = n * tsize(t);
+    return meet();
 }
 EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
-    (void)r; (void)n; (void)t; (void)peer; (void)c; (void)st;
-    return ncclInvalidUsage;
+    (void)c; (void)st;
+    if (peer != 0 || nrecvs == PEND) return ncclInvalidUsage;
+    recvs[nrecvs].r = r;
+    recvs[nrecvs++].bytes = n * tsize(t);
+    return meet();
 }

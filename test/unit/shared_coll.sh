@@ -3,7 +3,7 @@
 # device window (test/mpi/shared_coll.c) on the stand-in CUDA driver, whose memory other processes
 # open through its CUDA IPC (FAKE_CUDA_IPC=1) and whose copy and reduction kernels run in the
 # caller (FAKE_CUDA_KERNELS=1), at 2, 3, 4 and 12 ranks (the window takes up to 32), every size on
-# the window in 64 KiB chunks.
+# the window in 64 KiB chunks; then communicators made and freed in a loop (NCCLMPI_COMM_CACHE).
 b=$1
 d="$b/shared_coll_test"
 prog="$b/test/unit/shared_coll_prog"
@@ -14,5 +14,19 @@ export FAKE_CUDA_IPC=1 FAKE_CUDA_KERNELS=1 NCCLMPI_SHARED_MIN=0 NCCLMPI_SHARED_S
 fail=0
 for np in 2 3 4 12; do
   stand_in_run shared_coll "$b" "$d" "every size on the window" $np "$prog" || fail=1
+done
+# communicators made and freed in a loop: later ones of the same processes in the same order take
+# over the freed ones' windows (the log says so), also where odd and even ranks free them in
+# another order and keep one only (then they rarely keep the same one); none with the cache off.
+# At one rank the communicators are NCCL's (the stand-in's one-rank NCCL), taken over alike.
+export NCCLMPI_LOG=DEBUG NCCLMPI_LOG_SUBSYS=INIT
+for c in 2:1 2:3 2:4 1:3 0:4; do
+  cache=${c%:*} np=${c#*:}
+  SHARED_COLL_ONLY=churn NCCLMPI_COMM_CACHE=$cache stand_in_run shared_coll "$b" "$d" "communicator churn, cache $cache" $np "$prog" || { fail=1; continue; }
+  reused=$(grep -cE "reuses the (shared-GPU window|NCCL communicator)" "$d/err")
+  made=$(grep -cE "shared-GPU window of|NCCL communicator agreed and made" "$d/err")
+  echo "shared_coll: cache $cache, $np ranks: $made windows or NCCL communicators made, $reused taken over (all ranks)"
+  if [ "$cache" = 0 ] && [ "$reused" != 0 ]; then echo "shared_coll: FAIL: one taken over with NCCLMPI_COMM_CACHE=0"; fail=1; fi
+  if [ "$cache" = 2 ] && [ "$reused" -lt $((np * 8)) ]; then echo "shared_coll: FAIL: fewer taken over than expected"; fail=1; fi
 done
 exit $fail

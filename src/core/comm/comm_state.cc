@@ -5,6 +5,7 @@
 // them can take part (a GPU of its own, NCCL loaded, a stream): one PMPI_Allgather of every
 // rank's readiness, so that every rank reaches the same answer, READY or STAGED.
 #include "core/comm/comm_state.h"
+#include "core/comm/side_cache.h"
 #include "core/tl/shared/shared_gpu.h"
 
 #include <string.h>
@@ -54,8 +55,7 @@ static int comm_delete_fn(MPI_Comm, int, void *val, void *)
 void comm_release(CommState *cs)
 {
     if (cs->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (cs->pg) cs->pg->destroy();
-    shared_release(cs->shared);
+    side_park(cs);  // kept for a later communicator of the same processes, or destroyed
     delete cs;
 }
 
@@ -144,6 +144,7 @@ struct Readiness {
     int nccl_version;
     CUuuid uuid;
     char why[48];
+    SideOffer side;  // the kept sides it could take over (side_cache.h)
 };
 
 static void set_staged(CommState *cs, const char *fmt, int who, const char *detail)
@@ -168,37 +169,64 @@ void comm_create(CommState *cs, int device)
     memset(&mine, 0, sizeof(mine));
     std::string why;
     CUdevice dev;
-    mine.ok = pg->prepare(&why) && cu.cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
+    mine.ok = pg->check(&why) && cu.cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
               cu.cuDeviceGetUuid(&mine.uuid, dev) == CUDA_SUCCESS;
     if (!mine.ok && why.empty()) why = "no GPU identity";
     mine.nccl_version = nccl_loaded() ? nccl.version : 0;
     snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
+    SideHeld *held = side_offer(cs, device, &mine.side);
     std::vector<Readiness> all(cs->size);
     PMPI_Allgather(&mine, sizeof(Readiness), MPI_BYTE, all.data(), sizeof(Readiness), MPI_BYTE, cs->comm);
+    // From here every decision reads the table only, so every rank makes the same one.
+    std::vector<SideOffer> offers(cs->size);
+    for (int i = 0; i < cs->size; i++) offers[i] = all[i].side;
     int shares = -1, with = -1;  // the first rank that shares a GPU with an earlier one
-    for (int i = 0; i < cs->size; i++) {
-        if (!all[i].ok) return set_staged(cs, "rank %d: %s", i, all[i].why);
-        if (all[i].nccl_version != all[0].nccl_version) return set_staged(cs, "rank %d: %s", i, "another NCCL version than rank 0");
+    const char *staged = nullptr;
+    int who = -1;
+    for (int i = 0; i < cs->size && !staged; i++) {
+        if (!all[i].ok) staged = all[i].why, who = i;
+        else if (all[i].nccl_version != all[0].nccl_version) staged = "another NCCL version than rank 0", who = i;
         for (int j = 0; j < i && shares < 0; j++)
             if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid))) shares = i, with = j;
+    }
+    if (staged) {
+        side_settle(cs, held, 0);
+        return set_staged(cs, "rank %d: %s", who, staged);
     }
     if (shares >= 0) {  // (every rank read the same table: every rank is here)
         char d[96];
         snprintf(d, sizeof(d), "shares its GPU with rank %d (NCCL needs one GPU per rank)", with);
         set_staged(cs, "rank %d %s", shares, d);
+        const uint64_t id = side_common(offers.data(), cs->size, NM_SIDE_SHARED);
+        if (side_settle(cs, held, id)) {
+            NM_DEBUG(INIT, "%s: reuses the shared-GPU window %llx of a freed communicator", cs->describe().c_str(), (unsigned long long)id);
+            return;
+        }
         shared_setup(cs, device);  // collective: the GPU's own path for large collectives
+        if (cs->shared) cs->side_id = offers[0].fresh | NM_SIDE_SHARED, cs->side_device = device;
         return;
     }
-    // Every rank is ready: a hidden duplicate for the engine's agreements, an id from rank 0.
     if (nm_cfg.COALESCE && cs->hidden == MPI_COMM_NULL) PMPI_Comm_dup(cs->comm, &cs->hidden);
-    struct {
+    const uint64_t id = side_common(offers.data(), cs->size, NM_SIDE_NCCL);
+    if (side_settle(cs, held, id)) {
+        cs->cap.store(NM_CAP_READY, std::memory_order_release);
+        NM_DEBUG(INIT, "%s: reuses the NCCL communicator %llx of a freed communicator", cs->describe().c_str(), (unsigned long long)id);
+        return;
+    }
+    // A new NCCL communicator. Each rank makes its stream and flags first, and the ranks learn
+    // together whether all did (with rank 0's id), so that no rank enters NCCL's collective init
+    // alone.
+    struct Init {
         int ok;
         ncclUniqueId id;
-    } msg;
-    memset(&msg, 0, sizeof(msg));
-    if (cs->rank == 0) msg.ok = nccl.ncclGetUniqueId(&msg.id) == ncclSuccess;
-    PMPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, cs->comm);
-    int ok = msg.ok && pg->init_with_id(msg.id) == NM_OK, all_ok = 0;
+    } init;
+    memset(&init, 0, sizeof(init));
+    init.ok = pg->open(&why) && (cs->rank != 0 || nccl.ncclGetUniqueId(&init.id) == ncclSuccess);
+    std::vector<Init> inits(cs->size);
+    PMPI_Allgather(&init, sizeof(Init), MPI_BYTE, inits.data(), sizeof(Init), MPI_BYTE, cs->comm);
+    for (int i = 0; i < cs->size; i++)
+        if (!inits[i].ok) return set_staged(cs, "rank %d: %s", i, i == 0 ? "no NCCL unique id or stream" : "cannot create a CUDA stream");
+    int ok = pg->init_with_id(inits[0].id) == NM_OK, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, cs->comm);
     if (!all_ok) {
         if (ok) pg->fail("NCCL initialization failed on another rank");
@@ -207,6 +235,8 @@ void comm_create(CommState *cs, int device)
     }
     oneshot_setup(pg.get(), cs->comm);  // collective: every rank is here
     cs->pg = std::move(pg);
+    cs->side_id = offers[0].fresh | NM_SIDE_NCCL;
+    cs->side_device = device;
     cs->cap.store(NM_CAP_READY, std::memory_order_release);
     NM_DEBUG(INIT, "%s: NCCL communicator agreed and made in %.1f ms", cs->describe().c_str(), 1e3 * (nm_now_s() - t0));
 }
@@ -309,6 +339,7 @@ void comm_states_teardown()
         cs->pg.reset();
         if (cs->getcap() == NM_CAP_READY || cs->getcap() == NM_CAP_FAILED) cs->cap.store(NM_CAP_UNKNOWN);
     }
+    side_cache_teardown();  // after the live ones: a kept group may be a live split child's parent
 }
 
 }  // namespace ncclmpi

@@ -40,6 +40,11 @@ struct CommState {
     MPI_Comm hidden = MPI_COMM_NULL;
     std::string why_staged;
     SharedWin *shared = nullptr;  // ranks sharing GPUs: the agreed window (tl/shared/shared_gpu.h)
+    // the device side's agreed id and device, and the processes in order (comm/side_cache.h)
+    uint64_t side_id = 0;
+    int side_device = -1;
+    std::vector<int> world;
+    bool world_known = false;
 
     // engine (engine.cc), under mu
     std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order

@@ -36,16 +36,23 @@ std::string ProcessGroup::describe() const
     return b;
 }
 
-bool ProcessGroup::prepare(std::string *why)
+bool ProcessGroup::check(std::string *why)
 {
     CUdevice dev;
     if (!cuda_attached()) { *why = "no CUDA driver in the process"; return false; }
     if (device_ < 0) { *why = "no current CUDA device"; return false; }
     if (cu.cuDeviceGet(&dev, device_) != CUDA_SUCCESS) { *why = "cuDeviceGet failed"; return false; }
-    if (cu.cuDevicePrimaryCtxRetain(&ctx_, dev) != CUDA_SUCCESS) { *why = "no CUDA context"; ctx_ = nullptr; return false; }
+    if (!ctx_ && cu.cuDevicePrimaryCtxRetain(&ctx_, dev) != CUDA_SUCCESS) { *why = "no CUDA context"; ctx_ = nullptr; return false; }
+    if (nccl_load() != NM_OK) { *why = "NCCL library not loadable (NCCLMPI_NCCL_LIB)"; return false; }
+    return true;
+}
+
+bool ProcessGroup::open(std::string *why)
+{
+    CUdevice dev;
+    if (!ctx_ || cu.cuDeviceGet(&dev, device_) != CUDA_SUCCESS) { *why = "no CUDA context"; return false; }
     DeviceGuard g(ctx_);
     if (cu.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) { *why = "cannot create a CUDA stream"; return false; }
-    if (nccl_load() != NM_OK) { *why = "NCCL library not loadable (NCCLMPI_NCCL_LIB)"; return false; }
     int memops = 0;
     void *h = nullptr;
     if (nm_cfg.FLAG_POLL && cu.cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS &&

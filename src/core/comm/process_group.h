@@ -40,9 +40,16 @@ class ProcessGroup {
     ProcessGroup(const ProcessGroup &) = delete;
     ProcessGroup &operator=(const ProcessGroup &) = delete;
 
-    // Local readiness (context, stream, events, NCCL library). false with a reason: then every
-    // rank chooses the staged path for the communicator (the reason is agreed on first).
-    bool prepare(std::string *why);
+    // Local readiness (driver, device, context, NCCL library), making nothing. false with a
+    // reason: then every rank chooses the staged path for the communicator (agreed on first).
+    bool check(std::string *why);
+    // The group's own resources (comm stream, completion flags), after check(); false with a
+    // reason. Every rank must know that every other one has them before any enters NCCL's init.
+    bool open(std::string *why);
+    bool prepare(std::string *why) { return check(why) && open(why); }
+    // A kept group taken over by another communicator of the same processes (comm/side_cache.h):
+    // its NCCL communicator, streams, tickets and one-shot window go on as they were.
+    void adopt(int comm_id) { comm_id_ = comm_id; }
     // ncclCommInitRankConfig with an id every rank received; blocking.
     nm_status_t init_with_id(const ncclUniqueId &id);
     // ncclCommSplit from the parent's NCCL communicator (collective over the parent's ranks).

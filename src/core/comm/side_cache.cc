@@ -1,0 +1,162 @@
+// ncclmpi: the device sides of freed communicators, kept for reuse (side_cache.h).
+#include "core/comm/side_cache.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/comm/comm_state.h"
+#include "core/comm/process_group.h"
+#include "core/tl/shared/shared_gpu.h"
+#include "util/config.h"
+#include "util/log.h"
+
+namespace ncclmpi {
+
+struct Side {
+    uint64_t id = 0;
+    std::vector<int> world;  // the processes, in the order of the communicator that made it
+    int device = -1;
+    std::unique_ptr<ProcessGroup> pg;
+    SharedWin *shared = nullptr;
+    uint64_t parked = 0;  // when it was kept (a count): the oldest goes first
+};
+
+struct SideHeld {
+    std::vector<Side *> sides;
+};
+
+static std::mutex cache_mu;  // never held across an MPI call or a destruction
+static std::vector<Side *> cache;
+static uint64_t parks, made;
+static bool closed;
+
+static void destroy(Side *s)
+{
+    if (s->pg) s->pg->destroy();
+    shared_release(s->shared);
+    delete s;
+}
+
+const std::vector<int> &side_key(CommState *cs)
+{
+    if (cs->world_known) return cs->world;
+    cs->world_known = true;
+    MPI_Group g, w;
+    PMPI_Comm_group(cs->comm, &g);
+    PMPI_Comm_group(MPI_COMM_WORLD, &w);
+    std::vector<int> mine(cs->size), in_world(cs->size);
+    for (int i = 0; i < cs->size; i++) mine[i] = i;
+    PMPI_Group_translate_ranks(g, cs->size, mine.data(), w, in_world.data());
+    PMPI_Group_free(&g);
+    PMPI_Group_free(&w);
+    for (int r : in_world)
+        if (r == MPI_UNDEFINED) return cs->world;  // (a process of another world: never kept)
+    cs->world = std::move(in_world);
+    return cs->world;
+}
+
+SideHeld *side_offer(CommState *cs, int device, SideOffer *mine)
+{
+    memset(mine, 0, sizeof(*mine));
+    if (nm_cfg.COMM_CACHE <= 0) return nullptr;
+    const std::vector<int> &key = side_key(cs);
+    if (key.empty()) return nullptr;
+    SideHeld *held = new SideHeld;
+    {
+        std::lock_guard<std::mutex> g(cache_mu);
+        mine->fresh = ((uint64_t)(uint32_t)world_rank() << 32) | (++made << 1);
+        for (Side *s : cache)
+            if (s->device == device && s->world == key) held->sides.push_back(s);
+        std::sort(held->sides.begin(), held->sides.end(), [](const Side *a, const Side *b) { return a->id < b->id; });
+        if (held->sides.size() > NM_SIDE_OFFER) held->sides.resize(NM_SIDE_OFFER);
+        for (Side *s : held->sides) cache.erase(std::find(cache.begin(), cache.end(), s));
+    }
+    for (size_t i = 0; i < held->sides.size(); i++) mine->ids[i] = held->sides[i]->id;
+    return held;
+}
+
+uint64_t side_common(const SideOffer *offers, int n, int kind)
+{
+    for (uint64_t id : offers[0].ids) {  // ascending: the first one every rank holds
+        if (!id || (id & 1) != (uint64_t)kind) continue;
+        bool everywhere = true;
+        for (int q = 1; q < n && everywhere; q++)
+            everywhere = std::find(std::begin(offers[q].ids), std::end(offers[q].ids), id) != std::end(offers[q].ids);
+        if (everywhere) return id;
+    }
+    return 0;
+}
+
+bool side_settle(CommState *cs, SideHeld *held, uint64_t id)
+{
+    if (!held) return false;
+    bool took = false;
+    std::vector<Side *> back;
+    for (Side *s : held->sides) {
+        if (id && s->id == id) {
+            cs->pg = std::move(s->pg);
+            cs->shared = s->shared;
+            cs->side_id = id;
+            cs->side_device = s->device;
+            if (cs->pg) cs->pg->adopt(cs->id);
+            delete s;
+            took = true;
+        } else {
+            back.push_back(s);
+        }
+    }
+    delete held;
+    if (!back.empty()) {
+        std::lock_guard<std::mutex> g(cache_mu);
+        cache.insert(cache.end(), back.begin(), back.end());
+        std::sort(cache.begin(), cache.end(), [](const Side *a, const Side *b) { return a->parked < b->parked; });
+    }
+    return took;
+}
+
+void side_park(CommState *cs)
+{
+    const bool healthy = cs->pg ? cs->getcap() == NM_CAP_READY && !cs->pg->failed() : cs->shared != nullptr;
+    Side *s = nullptr;
+    if (healthy && cs->side_id && !cs->world.empty() && nm_cfg.COMM_CACHE > 0) {
+        s = new Side;
+        s->id = cs->side_id;
+        s->world = cs->world;
+        s->device = cs->side_device;
+        s->pg = std::move(cs->pg);
+        s->shared = cs->shared;
+        cs->shared = nullptr;
+    }
+    std::vector<Side *> evicted;
+    if (s) {
+        std::lock_guard<std::mutex> g(cache_mu);
+        if (closed) {
+            evicted.push_back(s);
+        } else {
+            s->parked = ++parks;
+            cache.push_back(s);
+            while (cache.size() > (size_t)nm_cfg.COMM_CACHE) {
+                evicted.push_back(cache.front());
+                cache.erase(cache.begin());
+            }
+        }
+    }
+    for (Side *e : evicted) destroy(e);
+    if (cs->pg) cs->pg->destroy();
+    shared_release(cs->shared);
+    cs->pg.reset();
+    cs->shared = nullptr;
+}
+
+void side_cache_teardown()
+{
+    std::vector<Side *> all;
+    {
+        std::lock_guard<std::mutex> g(cache_mu);
+        closed = true;
+        all.swap(cache);
+    }
+    for (auto it = all.rbegin(); it != all.rend(); ++it) destroy(*it);  // the newest first
+}
+
+}  // namespace ncclmpi
