@@ -12,8 +12,9 @@
 #   hazard  the hazard suite only
 #   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
 #           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
-#   bench   engine_bench (with and without coalescing), comm_bench (with and without NCCLMPI_COMM_CACHE), coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at
-#           one rank per GPU, timeslice_bench at two ranks per GPU
+#   bench   engine_bench (with and without coalescing), comm_bench (NCCLMPI_COMM_CACHE 0 and 2),
+#           coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at one rank
+#           per GPU, timeslice_bench at two ranks per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
 # NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits);
