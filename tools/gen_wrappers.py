@@ -702,12 +702,17 @@ COVERAGE_DOC = """\
 # from src/interpose/mpi_api.def and src/route/nm_op.h). Columns: function, category, wrapper
 # path, operation kind. Host buffers always go to the real MPI. Categories:
 #   routed              device buffers run on NCCL where NCCL can (else the staged path)
+#   point-to-point      device buffers: where envelopes are on (NCCLMPI_P2P_ENVELOPE: ranks on
+#                       one node), a contiguous send of NCCLMPI_P2P_ENVELOPE_MIN bytes or more
+#                       goes as an envelope through the real MPI and its receiver copies the
+#                       payload from the sender's GPU (CUDA IPC); every receive decodes what it
+#                       gets; other messages are staged
 #   staged              device buffers are copied to host and back around the real MPI call
-#   staged              (persistent point-to-point: copied at each MPI_Start and completion)
+#   staged              (persistent and buffered sends: copied at each MPI_Start and completion)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
 #   device-window       one-sided data calls: a target window in device memory is read and
 #                       written through CUDA IPC (ranks on one node); device origin buffers with
-#                       a host-memory target window fail with MPI_ERR_BUFFER
+#                       a host-memory target window are copied through host memory
 #   flush-only          no buffer: queued nonblocking device work is launched first (a blocking
 #                       collective or constructor may also make its communicator's pending NCCL
 #                       communicator), then the real MPI
@@ -739,7 +744,13 @@ def category(r, nccl):
     if p == "STAGE":
         return "staged"
     if p == "DATA":
-        return "routed" if r["kind"] in nccl else "staged"
+        if r["kind"] in nccl:
+            return "routed"
+        # the calls envelope.cc sends envelopes from (send_mode: not buffered, not persistent),
+        # and every receive, which decodes what it gets
+        receive = r["kind"] in ("RECV", "SENDRECV", "SENDRECV_REPLACE", "MRECV")
+        envelope_send = r["kind"] == "SEND" and r["flags"] != "PERS" and r["name"] not in ("Bsend", "Ibsend")
+        return "point-to-point" if receive or envelope_send else "staged"
     if p == "WIN" and r["flags"] == "CORE":
         return "device-window"
     if p in ("PASS", "SYNC", "COMMNEW", "PROBE", "WIN") or (p == "PERSIST" and r["kind"] != "TEST"):

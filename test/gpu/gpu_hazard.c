@@ -8,7 +8,8 @@
  * communicator, MPI_BOTTOM and negative lower bounds, signatures that match with different
  * types, byte reductions that wrap, mixed host/device buffers, threads entering communicators in
  * opposite orders, nonblocking collectives crossing point-to-point, communicator churn (also with
- * device collectives on every new communicator, from two threads at once), progress
+ * device collectives on every new communicator, one left in flight across MPI_Comm_free, from two
+ * threads at once), progress
  * of host messages while a device collective waits, injected faults, a killed rank and bad
  * arguments. Results are checked against values computed on the host; receive buffers are
  * poisoned (0xAB) with 256-byte guard zones on both sides, and every byte MPI must not write has
@@ -27,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int rank, size, failures, host_mode, g_dev;
+static int rank, size, failures, host_mode, g_dev, g_distinct; /* g_distinct: every rank has a GPU of its own */
 static const char *scen = "?";
 
 /* one line per failure, written at once so that ranks' lines do not interleave */
@@ -1394,68 +1395,143 @@ static void dev_allgather_check(MPI_Comm c, int n, int salt, const char *what)
 }
 
 /* Each iteration makes a communicator (a duplicate, a split of the same order, one with the ranks
- * reversed, or halves) and a duplicate of it or of MPI_COMM_WORLD, runs checked device
- * collectives on both, and frees them in an order that differs between odd and even ranks; a later
- * communicator of the same processes in the same order takes over a freed one's NCCL
- * communicator or shared-GPU window (NCCLMPI_COMM_CACHE), one of another order must not. With
- * `tid` >= 0, one of two threads that churn at once (their communicators have the same processes). */
-static void use_churn(MPI_Comm parent, int tid, int iters)
+ * reversed, or halves) and a duplicate of it or of the parent, runs checked device collectives on
+ * both and frees them, every third time with an MPI_Iallreduce still in flight on the first; a
+ * later communicator of the same processes in the same order takes over a freed one's NCCL
+ * communicator or shared-GPU window (NCCLMPI_COMM_CACHE), one of another order must not. */
+enum { CHURN_MAX = 24 };
+static void churn_make(MPI_Comm parent, int it, MPI_Comm *a, MPI_Comm *b)
 {
     int pr, pn;
     MPI_Comm_rank(parent, &pr);
     MPI_Comm_size(parent, &pn);
-    for (int it = 0; it < iters; it++) {
-        MPI_Comm a, b;
-        STEP();
-        switch (it % 4) {
-        case 0: MPI_Comm_dup(parent, &a); break;
-        case 1: MPI_Comm_split(parent, 0, pr, &a); break;
-        case 2: MPI_Comm_split(parent, 0, pn - pr, &a); break;
-        default: MPI_Comm_split(parent, pr % 2, pr, &a); break;
-        }
-        STEP();
-        MPI_Comm_dup(it % 2 ? a : parent, &b);
-        char what[96];
-        snprintf(what, sizeof(what), "thread %d iteration %d (kind %d)", tid, it, it % 4);
-        dev_allgather_check(a, 3000 + it, it + 100 * tid, what);
-        dev_allreduce_check(b, 1000 + it, it, what);
-        dev_allgather_check(b, 5 + it, it + 7, what);
-        STEP();
-        MPI_Comm_free(pr % 2 ? &a : &b);
-        STEP();
-        MPI_Comm_free(pr % 2 ? &b : &a);
+    STEP();
+    switch (it % 4) {
+    case 0: MPI_Comm_dup(parent, a); break;
+    case 1: MPI_Comm_split(parent, 0, pr, a); break;
+    case 2: MPI_Comm_split(parent, 0, pn - pr, a); break;
+    default: MPI_Comm_split(parent, pr % 2, pr, a); break;
     }
+    STEP();
+    MPI_Comm_dup(it % 2 ? *a : parent, b);
 }
 
-static void sc_use_churn(void) { use_churn(MPI_COMM_WORLD, 0, 24); }
+/* an MPI_Iallreduce left in flight on a communicator while it is freed (its NCCL side is kept
+ * only once the operation completes): odd ranks wait for it at once, even ranks after the next
+ * communicator's first collective, so that the ranks may offer different kept sides there. Only
+ * where it runs on NCCL (a GPU per rank, under ncclmpi, not staged by a setting): Open MPI 4.1's
+ * own nonblocking collectives crash when their communicator is freed before they complete (seen
+ * without ncclmpi), so elsewhere every rank waits before the free. */
+static int churn_pend_across_free(void)
+{
+    const char *agree = getenv("NCCLMPI_AGREE"), *staged = getenv("NCCLMPI_FORCE_STAGED");
+    return !host_mode && g_distinct && dlsym(RTLD_DEFAULT, "ncclmpi_get_stats") && !(agree && agree[0] == '1') &&
+           !(staged && staged[0] == '1');
+}
 
 typedef struct {
-    MPI_Comm parent;
+    MPI_Request q;
+    gbuf_t s, r;
+    int *want, live;
+} churn_pend_t;
+static churn_pend_t churn_pend[2];
+
+static void churn_pend_start(int tid, MPI_Comm c, int it)
+{
+    churn_pend_t *p = &churn_pend[tid];
+    int cr, cs;
+    MPI_Comm_rank(c, &cr);
+    MPI_Comm_size(c, &cs);
+    const int n = 777 + it;
+    int *h = malloc(n * sizeof(int));
+    p->want = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        h[i] = (cr + 1) * (i % 13 + it);
+        p->want[i] = cs * (cs + 1) / 2 * (i % 13 + it);
+    }
+    p->s = gb_dev_from(h, n * sizeof(int));
+    p->r = gb_dev(n * sizeof(int));
+    free(h);
+    STEP();
+    int rc = MPI_Iallreduce(p->s.p, p->r.p, n, MPI_INT, MPI_SUM, c, &p->q);
+    CHECK(rc == MPI_SUCCESS, "thread %d iteration %d: MPI_Iallreduce returned %d", tid, it, rc);
+    p->live = rc == MPI_SUCCESS;
+}
+
+static void churn_pend_finish(int tid)
+{
+    churn_pend_t *p = &churn_pend[tid];
+    if (!p->live) return;
+    STEP();
+    int rc = MPI_Wait(&p->q, MPI_STATUS_IGNORE);
+    CHECK(rc == MPI_SUCCESS, "thread %d: MPI_Wait of the Iallreduce on a freed communicator returned %d", tid, rc);
+    gb_expect(&p->r, p->want, 4, "Iallreduce on a freed communicator");
+    gb_free(&p->s);
+    gb_free(&p->r);
+    free(p->want);
+    p->live = 0;
+}
+
+static void churn_use(int tid, int it, MPI_Comm *a, MPI_Comm *b)
+{
+    char what[96];
+    snprintf(what, sizeof(what), "thread %d iteration %d (kind %d)", tid, it, it % 4);
+    dev_allgather_check(*a, 3000 + it, it + 100 * tid, what);
+    churn_pend_finish(tid); /* (even ranks: the previous iteration's) */
+    dev_allreduce_check(*b, 1000 + it, it, what);
+    dev_allgather_check(*b, 5 + it, it + 7, what);
+    if (it % 3 == 0) churn_pend_start(tid, *a, it);
+    if (!churn_pend_across_free()) churn_pend_finish(tid);
+    STEP();
+    MPI_Comm_free(a); /* (collective: the same order on every rank) */
+    STEP();
+    MPI_Comm_free(b);
+    if (rank % 2) churn_pend_finish(tid);
+}
+
+static void sc_use_churn(void)
+{
+    for (int it = 0; it < CHURN_MAX; it++) {
+        MPI_Comm a, b;
+        churn_make(MPI_COMM_WORLD, it, &a, &b);
+        churn_use(0, it, &a, &b);
+    }
+    churn_pend_finish(0);
+}
+
+/* Two threads use and free communicators of the same processes at once, so that one thread's
+ * first device collective (which looks for a kept side) meets the other's MPI_Comm_free (which
+ * keeps one). The main thread makes the communicators first: Open MPI 4.1 itself can hang when
+ * threads make communicators concurrently (seen without ncclmpi: 3 of 20 runs at 3 ranks). */
+typedef struct {
     int tid;
+    MPI_Comm a[CHURN_MAX / 2], b[CHURN_MAX / 2];
 } churn_arg_t;
 
 static void *churn_thread(void *vp)
 {
-    churn_arg_t *a = vp;
+    churn_arg_t *c = vp;
     if (!host_mode) CUDACHECK(cudaSetDevice(g_dev));
-    use_churn(a->parent, a->tid, 16);
+    for (int it = 0; it < CHURN_MAX / 2; it++) churn_use(c->tid, it, &c->a[it], &c->b[it]);
+    churn_pend_finish(c->tid);
     return NULL;
 }
 
 static void sc_use_churn_threads(void)
 {
-    churn_arg_t a[2] = {{fresh_dup(), 0}, {fresh_dup(), 1}};
-    pthread_t t[2];
+    static churn_arg_t c[2];
+    for (int it = 0; it < CHURN_MAX / 2; it++)
+        for (int t = 0; t < 2; t++) {
+            c[t].tid = t;
+            churn_make(MPI_COMM_WORLD, it, &c[t].a[it], &c[t].b[it]);
+        }
+    pthread_t th[2];
     for (int i = 0; i < 2; i++)
-        if (pthread_create(&t[i], NULL, churn_thread, &a[i])) {
+        if (pthread_create(&th[i], NULL, churn_thread, &c[i])) {
             fprintf(stderr, "gpu_hazard use_churn_threads: pthread_create failed\n");
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    STEP();
-    MPI_Comm_free(&a[0].parent);
-    STEP();
-    MPI_Comm_free(&a[1].parent);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2154,7 +2230,6 @@ static void sc_envelope_order(void)
      *     send and a blocking send after them with the same tag (the non-overtaking order), a
      *     request freed by MPI_Request_free */
     if (rank < 2) {
-        const int peer = 1 - rank;
         int hv = 0;
         if (rank == 0) {
             gbuf_t a = pbuf(0, 70, 6), b = pbuf(0, 71, 8), c = pbuf(0, 72, 2), d = pbuf(0, 73, 2), e = pbuf(0, 74, 5);
@@ -2334,6 +2409,7 @@ int main(int argc, char **argv)
         CUDACHECK(cudaGetDevice(&g_dev));
         /* (agreed: a rank that skipped alone would leave the others waiting in the scenario) */
         MPI_Allreduce(&distinct, &all_distinct, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        g_distinct = all_distinct;
         if (sc->nccl_only && !all_distinct) {
             if (rank == 0) printf("gpu_hazard %s: skipped (ranks share a GPU: the calls run staged, not on NCCL)\n", scen);
             MPI_Finalize();

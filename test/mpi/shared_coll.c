@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../unit/stand_in.h"
 #include "ncclmpi.h"
@@ -144,10 +145,11 @@ static void run_case(case_t *x)
     free(hr);
 }
 
-/* Communicators made, used and freed in a loop, two at a time, freed in another order on odd ranks
- * than on even ones: a later one takes over the window of a freed one of the same processes in the
- * same order (NCCLMPI_COMM_CACHE), while one with the ranks reversed or of half of them must make
- * its own (Scan, Exscan, Allgatherv and Alltoall would show a window of another order). */
+/* Communicators made, used and freed in a loop, two at a time: a later one takes over the window of
+ * a freed one of the same processes in the same order (NCCLMPI_COMM_CACHE), while one with the ranks
+ * reversed or of half of them must make its own (Scan, Exscan, Allgatherv and Alltoall would show a
+ * window of another order). With SHARED_COLL_CACHE_BY_RANK=1 rank 0 keeps one window, the others
+ * two, so that the ranks offer different ones. */
 static void churn(void)
 {
     int wr, wn;
@@ -174,13 +176,8 @@ static void churn(void)
                 run_case(&x);
             }
         }
-        if (wr % 2) {
-            MPI_Comm_free(&a);
-            MPI_Comm_free(&b);
-        } else {
-            MPI_Comm_free(&b);
-            MPI_Comm_free(&a);
-        }
+        MPI_Comm_free(&a); /* (collective: the same order on every rank) */
+        MPI_Comm_free(&b);
     }
     cm = MPI_COMM_WORLD;
     rank = wr;
@@ -189,6 +186,15 @@ static void churn(void)
 
 int main(int argc, char **argv)
 {
+    /* ncclmpi reads its settings when it is loaded: a rank's own one takes a new image */
+    const char *wrank = getenv("OMPI_COMM_WORLD_RANK"), *by_rank = getenv("SHARED_COLL_CACHE_BY_RANK");
+    if (by_rank && *by_rank == '1' && wrank) {
+        setenv("NCCLMPI_COMM_CACHE", atoi(wrank) == 0 ? "1" : "2", 1);
+        setenv("SHARED_COLL_CACHE_BY_RANK", "done", 1);
+        execv("/proc/self/exe", argv);
+        perror("shared_coll: execv");
+        return 1;
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

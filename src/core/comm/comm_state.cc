@@ -2,8 +2,9 @@
 //
 // NCCL communicators are created only inside a blocking collective (every rank of the
 // communicator is in it, in the same order: comm_create), after the ranks agree that each of
-// them can take part (a GPU of its own, NCCL loaded, a stream): one PMPI_Allgather of every
-// rank's readiness, so that every rank reaches the same answer, READY or STAGED.
+// them can take part (a GPU of its own, NCCL loaded): one PMPI_Allgather of every rank's
+// readiness and kept sides (side_cache.h), so that every rank reaches the same answer: READY
+// (with a kept NCCL communicator or a new one), or STAGED (with a shared-GPU window or none).
 #include "core/comm/comm_state.h"
 #include "core/comm/side_cache.h"
 #include "core/tl/shared/shared_gpu.h"

@@ -1,6 +1,8 @@
 // ncclmpi: the device sides of freed communicators, kept for reuse (side_cache.h).
 #include "core/comm/side_cache.h"
 
+#include <string.h>
+
 #include <algorithm>
 #include <mutex>
 
@@ -58,13 +60,17 @@ const std::vector<int> &side_key(CommState *cs)
 SideHeld *side_offer(CommState *cs, int device, SideOffer *mine)
 {
     memset(mine, 0, sizeof(*mine));
+    {
+        // unique in the job whatever any rank's setting: this process's world rank and count
+        std::lock_guard<std::mutex> g(cache_mu);
+        mine->fresh = ((uint64_t)(uint32_t)world_rank() << 32) | (++made << 1);
+    }
     if (nm_cfg.COMM_CACHE <= 0) return nullptr;
     const std::vector<int> &key = side_key(cs);
     if (key.empty()) return nullptr;
     SideHeld *held = new SideHeld;
     {
         std::lock_guard<std::mutex> g(cache_mu);
-        mine->fresh = ((uint64_t)(uint32_t)world_rank() << 32) | (++made << 1);
         for (Side *s : cache)
             if (s->device == device && s->world == key) held->sides.push_back(s);
         std::sort(held->sides.begin(), held->sides.end(), [](const Side *a, const Side *b) { return a->id < b->id; });
