@@ -71,7 +71,10 @@ __attribute__((visibility("default"))) int ncclmpi_get_route_calls(const char *m
 /* Columns of a table row: calls, fortran calls, then the routes. */
 enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_ONESHOT, C_IPC, C_STAGED, C_ERROR, NCOLS };
 static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "oneshot", "ipc", "staged", "error"};
-#define NROWS (NM_FN_COUNT + 1) /* the last row: all functions */
+/* row NM_FN_COUNT: all functions; the last row (ROW_SIDES) is not a function's: in its first two
+ * columns the device sides made and taken over (printed as a line of its own) */
+#define NROWS (NM_FN_COUNT + 2)
+#define ROW_SIDES (NM_FN_COUNT + 1)
 
 static void local_counts(unsigned long long v[NROWS][NCOLS])
 {
@@ -89,6 +92,15 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
         v[i][C_ERROR] = s.route[NCCLMPI_ROUTE_ERROR];
         for (int c = 0; c < NCOLS; c++) v[NM_FN_COUNT][c] += v[i][c];
     }
+    v[ROW_SIDES][0] = __atomic_load_n(&nm_stats.sides_made, __ATOMIC_RELAXED);
+    v[ROW_SIDES][1] = __atomic_load_n(&nm_stats.sides_reused, __ATOMIC_RELAXED);
+}
+
+/* the sides line, where there were any: made, taken over (and each as one rank's [min-max]) */
+static void write_sides(FILE *m, const char *prefix, const char *made, const char *reused)
+{
+    fprintf(m, "%sdevice communicators (NCCL, or shared-GPU windows): %s made, %s taken over from freed ones "
+            "(NCCLMPI_COMM_CACHE)\n", prefix, made, reused);
 }
 
 static const char *row_name(int i) { return i < NM_FN_COUNT ? nm_fn_names[i] : "(all functions)"; }
@@ -128,11 +140,17 @@ static void write_rank_table(FILE *f, const char *prefix, const unsigned long lo
     fprintf(m, "%s%-22s", prefix, "function");
     for (int c = 0; c < NCOLS; c++) fprintf(m, " %10s", col_names[c]);
     fputc('\n', m);
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < ROW_SIDES; i++) {
         if (!v[i][C_CALLS] && !v[i][C_FORTRAN]) continue;
         fprintf(m, "%s%-22s", prefix, row_name(i));
         for (int c = 0; c < NCOLS; c++) fprintf(m, " %10llu", v[i][c]);
         fputc('\n', m);
+    }
+    if (v[ROW_SIDES][0] || v[ROW_SIDES][1]) {
+        char made[24], reused[24];
+        snprintf(made, sizeof(made), "%llu", v[ROW_SIDES][0]);
+        snprintf(reused, sizeof(reused), "%llu", v[ROW_SIDES][1]);
+        write_sides(m, prefix, made, reused);
     }
     whole_close(&w);
 }
@@ -177,7 +195,7 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
         for (int c = 0; c < NCOLS; c++) {
             if (mn[i][c] == mx[i][c]) snprintf(cell[i][c], sizeof(cell[i][c]), "%llu", sum[i][c]);
             else snprintf(cell[i][c], sizeof(cell[i][c]), "%llu [%llu-%llu]", sum[i][c], mn[i][c], mx[i][c]);
-            if (!sum[i][C_CALLS] && !sum[i][C_FORTRAN]) continue;
+            if (i == ROW_SIDES || (!sum[i][C_CALLS] && !sum[i][C_FORTRAN])) continue;
             int w = (int)strlen(cell[i][c]);
             if (w > width[c]) width[c] = w;
         }
@@ -188,12 +206,13 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
     fprintf(m, "[ncclmpi] %-22s", "function");
     for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], col_names[c]);
     fputc('\n', m);
-    for (int i = 0; i < NROWS; i++) {
+    for (int i = 0; i < ROW_SIDES; i++) {
         if (!sum[i][C_CALLS] && !sum[i][C_FORTRAN]) continue;
         fprintf(m, "[ncclmpi] %-22s", row_name(i));
         for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], cell[i][c]);
         fputc('\n', m);
     }
+    if (sum[ROW_SIDES][0] || sum[ROW_SIDES][1]) write_sides(m, "[ncclmpi] ", cell[ROW_SIDES][0], cell[ROW_SIDES][1]);
     whole_close(&w);
 }
 

@@ -16,6 +16,8 @@ typedef struct nm_stats {
     uint64_t fcalls[NM_FN_COUNT];  /* Fortran entries */
     uint64_t fcalls_c[NM_FN_COUNT]; /* Fortran entries that took the C path */
     uint64_t route[NM_FN_COUNT][NM_ROUTES]; /* slow-path decisions (host counted too) */
+    uint64_t sides_made, sides_reused; /* communicators' device sides (NCCL communicators and
+                                        * shared-GPU windows): made, taken over from a freed one */
 } nm_stats_t;
 
 extern nm_stats_t nm_stats;

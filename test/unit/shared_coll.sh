@@ -19,7 +19,7 @@ done
 # over the freed ones' windows (the log says so), also where one rank keeps fewer than the others
 # (r: rank 0 one, the others two; they offer different ones); none with the cache off. At one rank
 # the communicators are NCCL's (the stand-in's one-rank NCCL), taken over alike.
-export NCCLMPI_LOG=DEBUG NCCLMPI_LOG_SUBSYS=INIT
+export NCCLMPI_LOG=DEBUG NCCLMPI_LOG_SUBSYS=INIT NCCLMPI_STATS=1
 for c in 2:1 2:3 2:4 1:3 r:3 0:4; do
   cache=${c%:*} np=${c#*:}
   by_rank=; set=$cache; [ "$cache" = r ] && by_rank=1 set=2
@@ -27,6 +27,9 @@ for c in 2:1 2:3 2:4 1:3 r:3 0:4; do
   reused=$(grep -cE "reuses the (shared-GPU window|NCCL communicator)" "$d/err")
   made=$(grep -cE "shared-GPU window of|NCCL communicator agreed and made" "$d/err")
   echo "shared_coll: cache $cache, $np ranks: $made windows or NCCL communicators made, $reused taken over (all ranks)"
+  # NCCLMPI_STATS's summary counts the same
+  grep -Eq "device communicators \(NCCL, or shared-GPU windows\): $made( \[[0-9-]+\])? made, $reused( \[[0-9-]+\])? taken over" "$d/err" ||
+    { echo "shared_coll: FAIL: NCCLMPI_STATS does not say $made made, $reused taken over:"; grep "device communicators" "$d/err"; fail=1; }
   if [ "$cache" = 0 ] && [ "$reused" != 0 ]; then echo "shared_coll: FAIL: one taken over with NCCLMPI_COMM_CACHE=0"; fail=1; fi
   if [ "$cache" = 2 ] && [ "$reused" -lt $((np * 8)) ]; then echo "shared_coll: FAIL: fewer taken over than expected"; fail=1; fi
 done

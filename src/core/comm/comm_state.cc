@@ -20,6 +20,7 @@
 #include "core/tl/p2p/envelope.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/stats.h"
 
 extern "C" int nm_pending_comms;
 
@@ -200,16 +201,21 @@ void comm_create(CommState *cs, int device)
         set_staged(cs, "rank %d %s", shares, d);
         const uint64_t id = side_common(offers.data(), cs->size, NM_SIDE_SHARED);
         if (side_settle(cs, held, id)) {
+            NM_STAT_INC(nm_stats.sides_reused);
             NM_DEBUG(INIT, "%s: reuses the shared-GPU window %llx of a freed communicator", cs->describe().c_str(), (unsigned long long)id);
             return;
         }
         shared_setup(cs, device);  // collective: the GPU's own path for large collectives
-        if (cs->shared) cs->side_id = offers[0].fresh | NM_SIDE_SHARED, cs->side_device = device;
+        if (cs->shared) {
+            cs->side_id = offers[0].fresh | NM_SIDE_SHARED, cs->side_device = device;
+            NM_STAT_INC(nm_stats.sides_made);
+        }
         return;
     }
     if (nm_cfg.COALESCE && cs->hidden == MPI_COMM_NULL) PMPI_Comm_dup(cs->comm, &cs->hidden);
     const uint64_t id = side_common(offers.data(), cs->size, NM_SIDE_NCCL);
     if (side_settle(cs, held, id)) {
+        NM_STAT_INC(nm_stats.sides_reused);
         cs->cap.store(NM_CAP_READY, std::memory_order_release);
         NM_DEBUG(INIT, "%s: reuses the NCCL communicator %llx of a freed communicator", cs->describe().c_str(), (unsigned long long)id);
         return;
@@ -238,6 +244,7 @@ void comm_create(CommState *cs, int device)
     cs->pg = std::move(pg);
     cs->side_id = offers[0].fresh | NM_SIDE_NCCL;
     cs->side_device = device;
+    NM_STAT_INC(nm_stats.sides_made);
     cs->cap.store(NM_CAP_READY, std::memory_order_release);
     NM_DEBUG(INIT, "%s: NCCL communicator agreed and made in %.1f ms", cs->describe().c_str(), 1e3 * (nm_now_s() - t0));
 }
@@ -297,6 +304,7 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
         return false;
     }
     oneshot_setup(pg.get(), child);  // collective over the child: each of its ranks is here
+    NM_STAT_INC(nm_stats.sides_made);
     std::lock_guard<std::mutex> g(cs->mu);
     if (nm_cfg.COALESCE) PMPI_Comm_dup(child, &cs->hidden);
     cs->pg = std::move(pg);
