@@ -39,7 +39,9 @@ static void destroy(Side *s)
     delete s;
 }
 
-const std::vector<int> &side_key(CommState *cs)
+// The world ranks of cs's processes in its order, computed once (empty where a process is outside
+// MPI_COMM_WORLD: such a communicator's side is never kept).
+static const std::vector<int> &side_key(CommState *cs)
 {
     if (cs->world_known) return cs->world;
     cs->world_known = true;
@@ -122,36 +124,32 @@ bool side_settle(CommState *cs, SideHeld *held, uint64_t id)
 
 void side_park(CommState *cs)
 {
-    const bool healthy = cs->pg ? cs->getcap() == NM_CAP_READY && !cs->pg->failed() : cs->shared != nullptr;
-    Side *s = nullptr;
-    if (healthy && cs->side_id && !cs->world.empty() && nm_cfg.COMM_CACHE > 0) {
-        s = new Side;
-        s->id = cs->side_id;
+    if (!cs->pg && !cs->shared) return;
+    Side *s = new Side;  // what the state holds: kept, or destroyed below
+    s->pg = std::move(cs->pg);
+    s->shared = cs->shared;
+    cs->shared = nullptr;
+    s->id = cs->side_id;
+    s->device = cs->side_device;
+    const bool healthy = s->pg ? cs->getcap() == NM_CAP_READY && !s->pg->failed() : true;
+    std::vector<Side *> gone;
+    if (!healthy || !s->id || cs->world.empty() || nm_cfg.COMM_CACHE <= 0) {
+        gone.push_back(s);
+    } else {
         s->world = cs->world;
-        s->device = cs->side_device;
-        s->pg = std::move(cs->pg);
-        s->shared = cs->shared;
-        cs->shared = nullptr;
-    }
-    std::vector<Side *> evicted;
-    if (s) {
         std::lock_guard<std::mutex> g(cache_mu);
         if (closed) {
-            evicted.push_back(s);
+            gone.push_back(s);
         } else {
             s->parked = ++parks;
             cache.push_back(s);
-            while (cache.size() > (size_t)nm_cfg.COMM_CACHE) {
-                evicted.push_back(cache.front());
+            while (cache.size() > (size_t)nm_cfg.COMM_CACHE) {  // the oldest kept one
+                gone.push_back(cache.front());
                 cache.erase(cache.begin());
             }
         }
     }
-    for (Side *e : evicted) destroy(e);
-    if (cs->pg) cs->pg->destroy();
-    shared_release(cs->shared);
-    cs->pg.reset();
-    cs->shared = nullptr;
+    for (Side *e : gone) destroy(e);
 }
 
 void side_cache_teardown()
