@@ -102,10 +102,16 @@ static void *run(void *arg)
         fill(host, t, it, 8);
         ok(MPI_Allreduce(MPI_IN_PLACE, host, N, MPI_INT, MPI_SUM, c), t, it, "host MPI_Allreduce");
         check(host, t, it, 8, "host allreduce");
-        /* now and then a communicator of its own: duplicated, used on device buffers, freed */
+        /* now and then a communicator of its own: duplicated, used on device buffers, freed; its
+         * first (blocking) collective makes its NCCL communicator or takes over one that another
+         * thread's freed communicator left (NCCLMPI_COMM_CACHE), while the other threads do the same */
         if (it % 25 == 3) {
             MPI_Comm x;
             ok(MPI_Comm_dup(c, &x), t, it, "MPI_Comm_dup");
+            fill(dev(t, 1), t, it, 10);
+            poison(dev(t, BURST + 1));
+            ok(MPI_Allreduce(dev(t, 1), dev(t, BURST + 1), N, MPI_INT, MPI_SUM, x), t, it, "MPI_Allreduce on a new comm");
+            check(dev(t, BURST + 1), t, it, 10, "allreduce on a new comm");
             fill(dev(t, 1), t, it, 9);
             poison(dev(t, BURST + 1));
             ok(MPI_Iallreduce(dev(t, 1), dev(t, BURST + 1), N, MPI_INT, MPI_SUM, x, &q[0]), t, it, "MPI_Iallreduce on a new comm");
