@@ -8,8 +8,7 @@ d="$b/rma_device_test"
 prog="$b/test/unit/rma_device_prog"
 . "$(dirname "$0")/stand_in.sh"
 stand_in rma_device "$b" "$d" "$prog"
-stand_in_ipc || { echo "rma_device: skipped (a process cannot open another's descriptors here)"; exit 77; }
-export FAKE_CUDA_IPC=1
+stand_in_need_ipc rma_device
 fail=0
 for np in 1 2 3; do
   stand_in_run rma_device "$b" "$d" "default settings" $np "$prog" || fail=1

@@ -48,3 +48,9 @@ stand_in_ipc() {
   kill $_si_pid 2>/dev/null; wait $_si_pid 2>/dev/null
   return $_si_ok
 }
+# stand_in_need_ipc NAME: exits 77 (skipped) where the stand-in's CUDA IPC cannot work, else
+# turns it on (FAKE_CUDA_IPC=1)
+stand_in_need_ipc() {
+  stand_in_ipc || { echo "$1: skipped (a process cannot open another's descriptors here)"; exit 77; }
+  export FAKE_CUDA_IPC=1
+}
