@@ -526,6 +526,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         *rc = run_nccl(o, x, cs, b, nb, c, d.act, d.route == NCCLMPI_ROUTE_ONESHOT);
         return ENTER_DONE;
     case NCCLMPI_ROUTE_STAGED: {
+        // a persistent send or receive on a communicator that may carry envelopes: each start
+        // runs the nonblocking form, as the application's own call (persistent.h)
+        if ((o->flags & NM_OPF_PERS) && pers_restart_applies(o)) {
+            *rc = pers_restart_init(o);
+            return ENTER_DONE;
+        }
         // NCCLMPI_P2P_ENVELOPE=device: a large contiguous device send goes as an envelope
         if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&
             env_send_device(o, b[0].first(), (size_t)(b[0].hi - b[0].lo), c.device, rc))

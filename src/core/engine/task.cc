@@ -240,6 +240,15 @@ static bool take_failure(MPI_Request before, Failure *f, bool keep = false)
     return true;
 }
 
+bool task_take_failure(MPI_Request req, int *code, bool *reported)
+{
+    Failure f;
+    if (!take_failure(req, &f)) return false;
+    *code = f.code;
+    *reported = f.reported;
+    return true;
+}
+
 // The failure of a request that wrapper `r` just completed (its handle before the call).
 static bool take_failure(Reporting &r, MPI_Request before, Failure *f)
 {

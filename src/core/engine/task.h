@@ -92,6 +92,10 @@ class Task {
 
 void tasks_progress();
 void tasks_reap();
+// The failure of completed request `req` (one of ncclmpi's tasks), taken before anything frees it:
+// true with its code and whether a handler already saw it; false when it did not fail. (Used where
+// ncclmpi itself completes a task's request, not a Wait or Test wrapper.)
+bool task_take_failure(MPI_Request req, int *code, bool *reported);
 // Wait for every outstanding task (MPI_Finalize).
 void tasks_drain();
 // An MPI error code of class `cls` whose MPI_Error_string is `msg` (one code per message).

@@ -993,7 +993,7 @@ static void drain(MPI_Comm comm, int src, int tag)
 static MPI_Message fabricate(const Entry &e)
 {
     static std::atomic<int> seq{0};  // (threads: each its own tag, though equal ones would also do)
-    const int tag = seq.fetch_add(1, std::memory_order_relaxed) & 0x7fff;
+    const int tag = seq.fetch_add(1, std::memory_order_relaxed) % NM_SELF_KEY0;
     PMPI_Send(nullptr, 0, MPI_BYTE, 0, tag, self_comm);
     MPI_Message m = MPI_MESSAGE_NULL;
     PMPI_Mprobe(0, tag, self_comm, &m, MPI_STATUS_IGNORE);

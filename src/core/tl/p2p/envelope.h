@@ -141,7 +141,11 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s);
 // Persistent receives on a communicator that may carry envelopes are ncclmpi's (persistent.cc):
 // the application's request receives from a private communicator, where ncclmpi forwards what
 // its own receive on the application's communicator got, decoded.
+// Its tags: those below NM_SELF_KEY0 name fabricated message handles (a message to itself,
+// probed at once), those from it on persistent requests (persistent.cc), which stay posted, so
+// that a fabricated message never matches one of them.
 MPI_Comm env_self_comm();
+enum { NM_SELF_KEY0 = 0x8000 };
 // A receive of at most cap bytes (as MPI_PACKED) into buf from (src, tag) on comm: 1 when a
 // message a probe took out of matching satisfied it at once (*st its status, *rc its code), else
 // 0 with *inner the real MPI's request.

@@ -20,20 +20,36 @@ namespace ncclmpi {
 
 namespace {
 
-// A persistent receive on a communicator that may carry envelopes: the application's request
-// receives from ncclmpi's private communicator (tag `key`); each start posts ncclmpi's own receive
-// on the application's communicator (or takes a message a probe already took out of matching),
-// decodes what it got and forwards it there (see envelope.h).
+// A persistent request whose application's request receives from ncclmpi's private communicator
+// (tag `key`):
+// - a persistent receive on host memory on a communicator that may carry envelopes: each start
+//   posts ncclmpi's own receive on the application's communicator (or takes a message a probe
+//   already took out of matching), decodes what it got and forwards it there (see envelope.h);
+// - a restarted call (restart, persistent.h): each start runs `call`, the nonblocking form, and
+//   forwards no bytes once it completed; the status is what `call` got.
 struct Emul {
     int src, tag;
     MPI_Comm comm;
     int key;
-    char *tmp;
-    size_t cap;                          // the receive's packed size; tmp holds cap + 1
-    MPI_Request inner = MPI_REQUEST_NULL;  // ncclmpi's receive, then the forward to itself
+    char *tmp = nullptr;
+    size_t cap = 0;                      // the receive's packed size; tmp holds cap + 1
+    MPI_Request inner = MPI_REQUEST_NULL;  // ncclmpi's receive (restart: its call's request), then the forward to itself
     MPI_Request fwd = MPI_REQUEST_NULL;
     MPI_Status got;                      // what the receive got (source and tag for the status)
+    // restart only
+    bool restart = false;
+    nm_op_t call;                        // the nonblocking form (its request: inner)
+    MPI_Datatype dup = MPI_DATATYPE_NULL;  // call's own reference to a derived type
+    bool posted = false;                 // this activation's call runs (inner, until it completed)
+    MPI_Count bytes = 0;                 // what it got
+    int err = MPI_SUCCESS;               // how it ended
+    bool err_reported = false;           // (a handler saw err already)
+    bool cancelled = false;
 };
+
+// Keys on the private communicator (envelope.h: below NM_SELF_KEY0 are fabricated messages').
+std::atomic<int> next_key{0};
+int key_new() { return NM_SELF_KEY0 + next_key.fetch_add(1, std::memory_order_relaxed) % (0x3fffffff - NM_SELF_KEY0); }
 
 struct Pers {
     Stage *stage;
@@ -80,9 +96,68 @@ void em_forward(Emul *em, int rc, MPI_Status *st)
     PMPI_Isend(em->tmp, (int)n, MPI_PACKED, 0, em->key, env_self_comm(), &em->fwd);
 }
 
-// Moves an emulated receive along: its receive completed -> forwarded.
-void em_progress(Emul *em)
+// A restarted call's activation (app: the application's request) completed: its outcome kept for
+// the status, the application's request completed by a forward (or cancelled with it). (mu held)
+void restart_done(MPI_Request app, Emul *em, const MPI_Status &st, int err, bool reported)
 {
+    em->posted = false;
+    em->got = st;
+    em->err = err;
+    em->err_reported = reported;
+    int cancelled = 0;
+    if (err == MPI_SUCCESS) PMPI_Test_cancelled(&st, &cancelled);
+    em->cancelled = cancelled != 0;
+    em->bytes = 0;
+    if (cancelled) {  // (a receive, or a send the real MPI could cancel): the application's too
+        if (app != MPI_REQUEST_NULL) PMPI_Cancel(&app);
+        return;
+    }
+    if (err == MPI_SUCCESS) {
+        PMPI_Get_elements_x(&st, MPI_BYTE, &em->bytes);
+        if (em->bytes == MPI_UNDEFINED) em->bytes = 0;
+    }
+    PMPI_Isend(nullptr, 0, MPI_BYTE, 0, em->key, env_self_comm(), &em->fwd);
+}
+
+// Moves a restarted call along: its request completed -> restart_done. (mu held)
+void restart_progress(MPI_Request app, Emul *em)
+{
+    if (!em->posted) return;
+    MPI_Status st;
+    int flag = 0, err = MPI_SUCCESS;
+    bool reported = false;
+    if (em->inner != MPI_REQUEST_NULL) {
+        PMPI_Request_get_status(em->inner, &flag, &st);
+        if (!flag) return;
+        // a task's failure is taken before the request is freed (which would drop it)
+        task_take_failure(em->inner, &err, &reported);
+        int rc = PMPI_Wait(&em->inner, &st);
+        if (rc != MPI_SUCCESS && err == MPI_SUCCESS) {  // the real MPI's own request: its handler saw it
+            err = rc;
+            reported = true;
+        }
+    } else {
+        PMPI_Status_set_elements_x(&st, MPI_BYTE, 0);
+        PMPI_Status_set_cancelled(&st, 0);
+        st.MPI_SOURCE = MPI_ANY_SOURCE;
+        st.MPI_TAG = MPI_ANY_TAG;
+    }
+    restart_done(app, em, st, err, reported);
+}
+
+// The application's status of an emulated request's completion: the source and tag its receive
+// got; a restarted call's count too (unless cancelled: then the real MPI's status says so).
+void em_status(const Emul &em, MPI_Status *st)
+{
+    st->MPI_SOURCE = em.got.MPI_SOURCE;
+    st->MPI_TAG = em.got.MPI_TAG;
+    if (em.restart && !em.cancelled) PMPI_Status_set_elements_x(st, MPI_BYTE, em.bytes);
+}
+
+// Moves an emulated receive along: its receive completed -> forwarded. (mu held)
+void em_progress(MPI_Request app, Emul *em)
+{
+    if (em && em->restart) return restart_progress(app, em);
     if (!em || em->inner == MPI_REQUEST_NULL) return;
     int flag = 0;
     MPI_Status st;
@@ -99,6 +174,7 @@ void release(Pers &p)
     if (p.em) {
         if (p.em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&p.em->fwd, MPI_STATUS_IGNORE);
         free(p.em->tmp);
+        if (p.em->dup != MPI_DATATYPE_NULL) PMPI_Type_free(&p.em->dup);
         delete p.em;
     }
     if (p.stage) stage_release(p.stage);
@@ -149,14 +225,19 @@ bool pers_owns(int n, const MPI_Request *reqs)
     return false;
 }
 
-int pers_start(int n, const MPI_Request *reqs)
+int pers_start(int n, const MPI_Request *reqs, bool *restarts)
 {
+    *restarts = false;
     for (int i = 0; i < n; i++) {
         Stage *s = nullptr;
         {
             MtLock<std::mutex> g(mu);
             Pers *it = table.find(reqs[i]);
             if (!it) continue;
+            if (it->em && it->em->restart) {  // after the real MPI started it: pers_restart_post
+                *restarts = true;
+                continue;
+            }
             it->active = true;
             it->copied = false;
             s = it->stage;
@@ -181,6 +262,9 @@ int pers_start(int n, const MPI_Request *reqs)
 int pers_completed(MPI_Request req, MPI_Status *st, bool gone)
 {
     Pers p{};
+    int err = MPI_SUCCESS;  // a restarted call's failure (reported outside the lock: the handler may call MPI)
+    bool reported = true;
+    MPI_Comm ecomm = MPI_COMM_NULL;
     {
         MtLock<std::mutex> g(mu);
         Pers *it = table.find(req);
@@ -193,28 +277,38 @@ int pers_completed(MPI_Request req, MPI_Status *st, bool gone)
         } else {
             if (!st) return MPI_SUCCESS;  // failed: nothing to copy back
             it->active = false;
-            if (Emul *em = it->em) {  // the status of what ncclmpi's receive got
-                if (st != MPI_STATUS_IGNORE) {
-                    st->MPI_SOURCE = em->got.MPI_SOURCE;
-                    st->MPI_TAG = em->got.MPI_TAG;
-                }
+            Emul *em = it->em;
+            if (em) {  // the status of what ncclmpi's receive (or restarted call) got
+                if (st != MPI_STATUS_IGNORE) em_status(*em, st);
                 if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);
             }
-            if (it->copied) return MPI_SUCCESS;
-            p = *it;
+            if (em && em->restart) {  // nothing to copy back
+                if (em->err == MPI_SUCCESS) return MPI_SUCCESS;
+                err = em->err;
+                reported = em->err_reported;
+                em->err_reported = true;
+                ecomm = em->comm;
+            } else {
+                if (it->copied) return MPI_SUCCESS;
+                p = *it;
+            }
         }
+    }
+    if (err != MPI_SUCCESS) {
+        if (st != MPI_STATUS_IGNORE) st->MPI_ERROR = err;
+        if (!reported) PMPI_Comm_call_errhandler(ecomm, err);
+        return err;
     }
     return p.decode ? decode_done(p, st) : copy_back(p, st);
 }
 
 int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
 {
-    static std::atomic<int> next_key{0};
     Emul *em = new Emul;
     em->src = o->rpeer;
     em->tag = o->rtag;
     em->comm = o->comm;
-    em->key = next_key.fetch_add(1) & 0x3fffffff;
+    em->key = key_new();
     int packed = 0;
     PMPI_Pack_size(o->rcount, o->rtype, o->comm, &packed);
     em->cap = (size_t)packed;
@@ -230,6 +324,91 @@ int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
     return MPI_SUCCESS;
 }
 
+bool pers_restart_applies(const nm_op_t *o)
+{
+    if (!(o->flags & NM_OPF_PERS) || !env_on()) return false;
+    const bool send = o->kind == NM_OPK_SEND && o->fn != NM_FN_Bsend_init;  // (buffered: stays staged)
+    if (!send && o->kind != NM_OPK_RECV) return false;
+    return (send ? o->peer : o->rpeer) != MPI_PROC_NULL && env_comm(o->comm);
+}
+
+int pers_restart_init(nm_op_t *o)
+{
+    // the real MPI checks the arguments on the application's communicator (its handler reports a
+    // bad one, as without ncclmpi); the check's request is never started
+    MPI_Request check = MPI_REQUEST_NULL;
+    nm_op_t c = *o;
+    c.req = &check;
+    int rc = nm_real_fns[o->fn](&c);
+    if (rc != MPI_SUCCESS) return rc;
+    PMPI_Request_free(&check);
+    Emul *em = new Emul;
+    em->restart = true;
+    em->comm = o->comm;
+    em->key = key_new();
+    em->call = *o;
+    em->call.fn = o->fn == NM_FN_Recv_init    ? NM_FN_Irecv
+                  : o->fn == NM_FN_Ssend_init ? NM_FN_Issend
+                  : o->fn == NM_FN_Rsend_init ? NM_FN_Irsend
+                                              : NM_FN_Isend;
+    em->call.flags = NM_OPF_NB;
+    em->call.req = nullptr;
+    em->call.status = nullptr;
+    em->call.stage = nullptr;
+    // the application may free a derived type after the call; the request keeps its own
+    MPI_Datatype &t = o->kind == NM_OPK_RECV ? em->call.rtype : em->call.stype;
+    int ni, na, nd, combiner = MPI_COMBINER_NAMED;
+    PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
+    if (combiner != MPI_COMBINER_NAMED && PMPI_Type_dup(t, &em->dup) == MPI_SUCCESS) t = em->dup;
+    rc = PMPI_Recv_init(nullptr, 0, MPI_BYTE, 0, em->key, env_self_comm(), o->req);
+    if (rc != MPI_SUCCESS) {
+        if (em->dup != MPI_DATATYPE_NULL) PMPI_Type_free(&em->dup);
+        delete em;
+        return rc;
+    }
+    insert(*o->req, Pers{nullptr, o->comm, false, false, em, nullptr});
+    return MPI_SUCCESS;
+}
+
+int pers_restart_post(int n, const MPI_Request *reqs)
+{
+    int first = MPI_SUCCESS;
+    for (int i = 0; i < n; i++) {
+        Emul *em = nullptr;
+        {
+            MtLock<std::mutex> g(mu);
+            Pers *it = table.find(reqs[i]);
+            if (!it || !it->em || !it->em->restart) continue;
+            em = it->em;
+            if (em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&em->fwd, MPI_STATUS_IGNORE);  // (the last activation's)
+            it->active = true;
+            it->copied = false;
+        }
+        // the nonblocking form, as the application's own call would run (outside the lock: it may
+        // progress ncclmpi's requests, these among them)
+        MPI_Request r = MPI_REQUEST_NULL;
+        nm_op_t o = em->call;
+        o.req = &r;
+        int rc = MPI_SUCCESS;
+        if (!nm_enter(&o, &rc)) rc = nm_real_fns[o.fn](&o);
+        MtLock<std::mutex> g(mu);
+        if (rc == MPI_SUCCESS) {
+            em->inner = r;
+            em->posted = true;
+            continue;
+        }
+        // failed (its handler called): the application's request completes with the error
+        if (first == MPI_SUCCESS) first = rc;
+        MPI_Status st;
+        PMPI_Status_set_elements_x(&st, MPI_BYTE, 0);
+        PMPI_Status_set_cancelled(&st, 0);
+        st.MPI_SOURCE = MPI_ANY_SOURCE;
+        st.MPI_TAG = MPI_ANY_TAG;
+        restart_done(reqs[i], em, st, rc, true);
+    }
+    return first;
+}
+
 int pers_cancel(MPI_Request req, int *rc)
 {
     Emul *em = nullptr;
@@ -238,6 +417,18 @@ int pers_cancel(MPI_Request req, int *rc)
         Pers *it = table.find(req);
         if (!it || !it->em) return 0;
         em = it->em;
+        if (em->restart) {
+            // its call is asked to cancel (a task passes it to the real MPI's request); whether it
+            // was, its completion tells (restart_done cancels the application's request with it)
+            if (!em->posted) return 0;  // (not started, or done: the real MPI answers as for its own)
+            if (em->inner != MPI_REQUEST_NULL) {
+                MPI_Request r = em->inner;
+                *rc = PMPI_Cancel(&r);
+            } else {
+                *rc = MPI_SUCCESS;
+            }
+            return 1;
+        }
     }
     if (em->inner == MPI_REQUEST_NULL) return 0;  // its message came: the cancel fails, as MPI allows
     MPI_Status st;
@@ -291,10 +482,10 @@ void pers_progress()
         std::unique_lock<std::mutex> g(mu, std::try_to_lock);
         if (!g.owns_lock()) return;
         if (nemul.load(std::memory_order_relaxed))  // (most entries are not: not looked through)
-            table.for_each([](MPI_Request, Pers &e) {
-                if (e.active) em_progress(e.em);
+            table.for_each([](MPI_Request r, Pers &e) {
+                if (e.active) em_progress(r, e.em);
             });
-        for (auto &d : detached) em_progress(d.second.em);
+        for (auto &d : detached) em_progress(d.first, d.second.em);
         if (detached.empty()) return;
         for (size_t i = 0; i < detached.size();) {
             int flag = 0;
@@ -353,10 +544,17 @@ extern "C" int nm_pers_startall(int count, MPI_Request reqs[], int *rc)
 {
     nm_flush();  // a start may be waited on: nothing stays queued behind it
     if (count <= 0 || !reqs) return 0;
-    int e = pers_start(count, reqs);
-    if (e == MPI_SUCCESS) return 0;  // the wrapper starts them
-    PMPI_Comm_call_errhandler(MPI_COMM_WORLD, e);
-    *rc = e;
+    bool restarts = false;
+    int e = pers_start(count, reqs, &restarts);
+    if (e != MPI_SUCCESS) {
+        PMPI_Comm_call_errhandler(MPI_COMM_WORLD, e);
+        *rc = e;
+        return 1;
+    }
+    if (!restarts) return 0;  // the wrapper starts them
+    // the real MPI starts them all (and checks them), then the restarted calls run
+    *rc = PMPI_Startall(count, reqs);
+    if (*rc == MPI_SUCCESS) *rc = pers_restart_post(count, reqs);
     return 1;
 }
 
@@ -381,17 +579,26 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
     if (*rc != MPI_SUCCESS || !*flag) return 1;
     // complete, still active: the data is the application's now, so it is copied back now (once)
     Pers p{};
+    MPI_Comm ecomm = MPI_COMM_NULL;  // a restarted call's failure, reported once, outside the lock
     {
         MtLock<std::mutex> g(mu);
         Pers *it = table.find(request);
-        if (it && it->active && it->em) {
-            st->MPI_SOURCE = it->em->got.MPI_SOURCE;
-            st->MPI_TAG = it->em->got.MPI_TAG;
+        if (!it || !it->active) return 1;
+        if (it->em) em_status(*it->em, st);
+        if (it->em && it->em->restart) {  // nothing to copy back
+            Emul &em = *it->em;
+            if (em.err == MPI_SUCCESS) return 1;
+            st->MPI_ERROR = *rc = em.err;
+            if (!em.err_reported) ecomm = em.comm;
+            em.err_reported = true;  // (the completion returns it again, unreported)
+        } else {
+            if (it->copied && !it->decode) return 1;
+            p = *it;
+            it->copied = true;
         }
-        if (!it || !it->active || (it->copied && !it->decode)) return 1;
-        p = *it;
-        it->copied = true;
     }
+    if (ecomm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(ecomm, *rc);
+    if (!p.stage && !p.decode) return 1;  // (a restarted call: nothing more)
     if (p.decode) {  // decoded by the first call that finds it complete; every later one, and the
         Decode *d = p.decode;  // completion, report what that one did (the preset)
         *rc = env_finish(*d, st);

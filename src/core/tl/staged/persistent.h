@@ -1,8 +1,18 @@
-// ncclmpi: persistent point-to-point requests on device buffers, staged.
+// ncclmpi: persistent point-to-point requests on device buffers.
 //
-// MPI_Send_init / MPI_Recv_init (and the Ssend, Bsend, Rsend forms) on device buffers make the
-// real MPI's persistent request on pinned host shadows of the buffers; the application holds that
-// request. Each MPI_Start copies a send's data to its shadow (after the application's work on the
+// On a communicator that may carry envelopes (envelope.h), MPI_Send_init, MPI_Ssend_init,
+// MPI_Rsend_init and MPI_Recv_init on device buffers are restarted nonblocking calls: each
+// MPI_Start runs the call's nonblocking form (MPI_Isend, MPI_Issend, MPI_Irsend, MPI_Irecv) as the
+// application's own would run (a large message as an envelope whose payload the receiver copies
+// from the sender's GPU, small ones through the send queue), which is what the standard says a
+// start is. The application's request is a persistent receive of no bytes on ncclmpi's private
+// communicator, started by the real MPI with the others of the MPI_Start, and completed when that
+// nonblocking call completed (a forward of no bytes to itself); its status is the call's (source,
+// tag, count, error, cancelled).
+//
+// Elsewhere (envelopes off, MPI_Bsend_init), MPI_Send_init / MPI_Recv_init (and the Ssend, Bsend,
+// Rsend forms) on device buffers make the real MPI's persistent request on pinned host shadows of
+// the buffers; the application holds that request. Each MPI_Start copies a send's data to its shadow (after the application's work on the
 // legacy stream) before the real MPI starts; the Wait or Test that completes a receive copies the
 // bytes it got back to the device before it returns. A request freed while active completes in
 // the background (its copy back runs at a later ncclmpi call, at the latest at MPI_Finalize).
@@ -29,9 +39,18 @@ struct Decode;
 void pers_register(MPI_Request req, Stage *s, MPI_Comm comm);
 // Whether one of reqs[0..n) is a staged persistent request.
 bool pers_owns(int n, const MPI_Request *reqs);
-// Before the real MPI starts them: the copies in of the staged ones among reqs[0..n).
+// Before the real MPI starts them: the copies in of the staged ones among reqs[0..n); *restarts:
+// whether one of them is a restarted call (pers_restart_post after the real MPI started them).
 // MPI_SUCCESS or an MPI error code (nothing started).
-int pers_start(int n, const MPI_Request *reqs);
+int pers_start(int n, const MPI_Request *reqs, bool *restarts);
+// Whether persistent call o (on device buffers) is a restarted nonblocking call (see above).
+bool pers_restart_applies(const nm_op_t *o);
+// Make o's request for it. An MPI code (a bad argument: the real MPI's handler reported it).
+int pers_restart_init(nm_op_t *o);
+// After the real MPI started reqs[0..n): the restarted calls among them run their nonblocking
+// form. Each request runs or fails alone (a failed one completes with its error). MPI_SUCCESS or
+// the first error (reported through its communicator's handler).
+int pers_restart_post(int n, const MPI_Request *reqs);
 // A nonblocking host receive that may get an envelope, with request req (the real MPI's) and
 // decoding state d (owned) on comm (whose error handler reports a failed decode).
 void pers_watch_decode(MPI_Request req, Decode *d, MPI_Comm comm);

@@ -1,0 +1,34 @@
+#!/bin/sh
+# p2p_persist.sh BUILDDIR: persistent point-to-point requests on device buffers of the stand-in
+# CUDA driver (test/unit/p2p_persist_prog.c) at 1 to 3 ranks: with envelopes off (the real MPI's
+# persistent requests on host shadows), in the host test mode and in device mode (restarted
+# nonblocking calls), and in device mode with the stand-in's CUDA IPC (large payloads pulled from
+# the senders' pools).
+b=$1
+d="$b/p2p_persist_test"
+prog="$b/test/unit/p2p_persist_prog"
+. "$(dirname "$0")/stand_in.sh"
+stand_in p2p_persist "$b" "$d" "$prog"
+fail=0
+# where envelopes travel (host or device mode, 2 and more ranks) the requests must be ncclmpi's
+restarted() {
+  grep -q "restarted nonblocking calls" "$d/out" && return 0
+  echo "p2p_persist: FAIL: $1, $2 ranks: the persistent requests were not restarted nonblocking calls"
+  return 1
+}
+for env in off host device; do
+  for np in 1 2 3; do
+    NCCLMPI_P2P_ENVELOPE=$env stand_in_run p2p_persist_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=$env" $np "$prog" || fail=1
+    if [ $env != off ] && [ $np -gt 1 ]; then restarted "NCCLMPI_P2P_ENVELOPE=$env" $np || fail=1; fi
+  done
+done
+if stand_in_ipc; then
+  for np in 2 3; do
+    FAKE_CUDA_IPC=1 NCCLMPI_P2P_ENVELOPE=device \
+      stand_in_run p2p_persist_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC" $np "$prog" || fail=1
+    restarted "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC" $np || fail=1
+  done
+else
+  echo "p2p_persist: the CUDA IPC case skipped (a process cannot open another's descriptors here)"
+fi
+exit $fail
