@@ -1,6 +1,8 @@
-/* p2p_bench: point-to-point exchanges of device buffers, five ways in one job:
+/* p2p_bench: point-to-point exchanges of device buffers, six ways in one job:
  *   mpi       MPI_Isend/Irecv/Waitall (MPI_Send/Recv one way) on device buffers (intercepted by
  *             libncclmpi when preloaded)
+ *   persist   the same messages as persistent requests (MPI_Send_init/Recv_init, made once per
+ *             pattern and size): MPI_Startall + MPI_Waitall
  *   nccl      raw ncclSend/ncclRecv of the same messages in one NCCL group + stream sync
  *   staged    cudaMemcpy to host, the real MPI (PMPI_*, never intercepted), copy back
  *   ipc       what a pull over CUDA IPC costs: a 64-byte envelope through the real MPI, then the
@@ -32,8 +34,8 @@
 enum { EXCH, ONEWAY, RING, HALO, NPAT };
 static const char *const pat_names[NPAT] = {"exchange", "oneway", "ring", "halo3d"};
 enum { MAXP = 6 }; /* neighbours of a pattern at most */
-enum { W_MPI, W_NCCL, W_STAGED, W_IPC, W_IPCC, NWAY };
-static const char *const way_names[NWAY] = {"mpi", "nccl", "staged", "ipc", "ipc+copy"};
+enum { W_MPI, W_NCCL, W_STAGED, W_IPC, W_IPCC, W_PERS, NWAY };
+static const char *const way_names[NWAY] = {"mpi", "nccl", "staged", "ipc", "ipc+copy", "persist"};
 
 static int rank, size, ipc_ok, nccl_ok;
 static ncclComm_t nc;
@@ -83,6 +85,27 @@ static int rtag(int pat, int k) { return pat == RING || pat == HALO ? k : 0; }
 
 static double posted_at; /* W_MPI: when the last Isend returned (the Waitall starts) */
 
+/* W_PERS: the persistent requests of one pattern and size (made at its first run) */
+static struct {
+    int pat, nq;
+    size_t n;
+    MPI_Request q[2 * MAXP];
+} pers = {-1, 0, 0, {0}};
+
+static int pers_requests(int pat, size_t n, const int *p, int np, int s, int r)
+{
+    if (pers.pat == pat && pers.n == n) return pers.nq;
+    for (int i = 0; i < pers.nq; i++) MPI_Request_free(&pers.q[i]);
+    pers.pat = pat;
+    pers.n = n;
+    pers.nq = 0;
+    for (int k = 0; k < np; k++) {
+        if (r) MPI_Recv_init(drecv + k * maxb, (int)n, MPI_BYTE, p[k], rtag(pat, k), MPI_COMM_WORLD, &pers.q[pers.nq++]);
+        if (s) MPI_Send_init(dsend + k * maxb, (int)n, MPI_BYTE, p[k], stag(pat, k), MPI_COMM_WORLD, &pers.q[pers.nq++]);
+    }
+    return pers.nq;
+}
+
 static void run(int way, int pat, size_t n)
 {
     int p[MAXP], s, r, np = peers(pat, p, &s, &r);
@@ -102,6 +125,11 @@ static void run(int way, int pat, size_t n)
         }
         posted_at = bench_now();
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
+        return;
+    case W_PERS:
+        nq = pers_requests(pat, n, p, np, s, r);
+        MPI_Startall(nq, pers.q);
+        MPI_Waitall(nq, pers.q, MPI_STATUSES_IGNORE);
         return;
     case W_NCCL:
         /* NCCL pairs the messages between two ranks in issue order: slot stag(k) goes out k-th,
@@ -264,7 +292,7 @@ int main(int argc, char **argv)
     (void)cudaGetLastError();
 
     FILE *csv = out && rank == 0 ? fopen(out, "w") : NULL;
-    if (csv) fprintf(csv, "pattern,ranks,bytes,mpi_us,nccl_us,staged_us,ipc_us,ipc_copy_us,mpi_post_us\n");
+    if (csv) fprintf(csv, "pattern,ranks,bytes,mpi_us,nccl_us,staged_us,ipc_us,ipc_copy_us,mpi_post_us,persist_us\n");
     if (rank == 0) {
         struct cudaDeviceProp prop;
         CUDACHECK(cudaGetDeviceProperties(&prop, 0));
@@ -273,8 +301,8 @@ int main(int argc, char **argv)
         printf("# p2p_bench: %d ranks, %d GPU(s) per node (%s), NCCL %d, medians of blocking iterations; "
                "bytes per message%s%s\n", size, ndev, prop.name, v, ipc_ok ? "" : "; ipc columns not run (needs one GPU per rank on one node)",
                nccl_ok ? "" : "; nccl column not run (ranks share a GPU)");
-        printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s %10s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us", "ipc_us",
-               "ipc+cp_us", "mpi/nccl", "ipc/nccl", "mpi_post");
+        printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s %10s %10s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us", "ipc_us",
+               "ipc+cp_us", "mpi/nccl", "ipc/nccl", "mpi_post", "persist_us");
     }
     int failed = 0;
     for (int pat = 0; pat < NPAT; pat++) {
@@ -294,15 +322,17 @@ int main(int argc, char **argv)
             }
             if (rank == 0) {
                 const double none = -1;  /* (a ratio to a column that was not run) */
-                printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %10.2f\n", pat_names[pat], n, t[0], t[1], t[2], t[3],
-                       t[4], t[1] > 0 ? t[0] / t[1] : none, t[1] > 0 && t[3] > 0 ? t[3] / t[1] : none, post);
+                printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %10.2f %10.2f\n", pat_names[pat], n, t[0], t[1], t[2],
+                       t[3], t[4], t[1] > 0 ? t[0] / t[1] : none, t[1] > 0 && t[3] > 0 ? t[3] / t[1] : none, post, t[W_PERS]);
                 fflush(stdout);
             }
             if (csv)
-                fprintf(csv, "%s,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", pat_names[pat], size, n, t[0], t[1], t[2], t[3], t[4], post);
+                fprintf(csv, "%s,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", pat_names[pat], size, n, t[0], t[1], t[2], t[3], t[4], post,
+                        t[W_PERS]);
         }
     }
     if (csv) fclose(csv);
+    for (int i = 0; i < pers.nq; i++) MPI_Request_free(&pers.q[i]);
     for (int q = 0; q < size; q++)
         if (q != rank && peer_send[q]) {
             cudaIpcCloseMemHandle(peer_send[q]);
