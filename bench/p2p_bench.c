@@ -312,7 +312,7 @@ int main(int argc, char **argv)
             double t[NWAY], post = 0;
             for (int w = 0; w < NWAY; w++) {
                 t[w] = -1;
-                if ((w >= W_IPC && !ipc_ok) || (w == W_NCCL && !nccl_ok)) continue;
+                if (((w == W_IPC || w == W_IPCC) && !ipc_ok) || (w == W_NCCL && !nccl_ok)) continue;
                 if (check(w, pat, n)) {
                     if (rank == 0) printf("%s %zu B: %s delivered wrong data\n", pat_names[pat], n, way_names[w]);
                     failed = 1;
