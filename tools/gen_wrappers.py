@@ -706,9 +706,10 @@ COVERAGE_DOC = """\
 #                       one node), a contiguous send of NCCLMPI_P2P_ENVELOPE_MIN bytes or more
 #                       goes as an envelope through the real MPI and its receiver copies the
 #                       payload from the sender's GPU (CUDA IPC); every receive decodes what it
-#                       gets; other messages are staged
+#                       gets; other messages are staged; persistent requests start the call's
+#                       nonblocking form there
 #   staged              device buffers are copied to host and back around the real MPI call
-#   staged              (persistent and buffered sends: copied at each MPI_Start and completion)
+#   staged              (buffered sends, and persistent ones, copied at each MPI_Start)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
 #   device-window       one-sided data calls: a target window in device memory is read and
 #                       written through CUDA IPC (ranks on one node); device origin buffers with
@@ -746,10 +747,10 @@ def category(r, nccl):
     if p == "DATA":
         if r["kind"] in nccl:
             return "routed"
-        # the calls envelope.cc sends envelopes from (send_mode: not buffered, not persistent),
-        # and every receive, which decodes what it gets
+        # the calls envelope.cc sends envelopes from (not buffered; a persistent one restarts
+        # its nonblocking form: persistent.cc), and every receive, which decodes what it gets
         receive = r["kind"] in ("RECV", "SENDRECV", "SENDRECV_REPLACE", "MRECV")
-        envelope_send = r["kind"] == "SEND" and r["flags"] != "PERS" and r["name"] not in ("Bsend", "Ibsend")
+        envelope_send = r["kind"] == "SEND" and r["name"] not in ("Bsend", "Ibsend", "Bsend_init")
         return "point-to-point" if receive or envelope_send else "staged"
     if p == "WIN" and r["flags"] == "CORE":
         return "device-window"

@@ -105,6 +105,15 @@ static void write_sides(FILE *m, const char *prefix, const char *made, const cha
 
 static const char *row_name(int i) { return i < NM_FN_COUNT ? nm_fn_names[i] : "(all functions)"; }
 
+/* A function's row is printed when it counted anything: its calls, or routes ncclmpi took for it
+ * without a call of it (the starts of a persistent request restarted as MPI_Isend/MPI_Irecv) */
+static int row_used(const unsigned long long *row)
+{
+    for (int c = 0; c < NCOLS; c++)
+        if (row[c]) return 1;
+    return 0;
+}
+
 /* Text written to f in one piece (one write, so ranks' tables do not interleave): build it in
  * memory, or straight to f when that cannot be had. */
 typedef struct {
@@ -141,7 +150,7 @@ static void write_rank_table(FILE *f, const char *prefix, const unsigned long lo
     for (int c = 0; c < NCOLS; c++) fprintf(m, " %10s", col_names[c]);
     fputc('\n', m);
     for (int i = 0; i < ROW_SIDES; i++) {
-        if (!v[i][C_CALLS] && !v[i][C_FORTRAN]) continue;
+        if (!row_used(v[i])) continue;
         fprintf(m, "%s%-22s", prefix, row_name(i));
         for (int c = 0; c < NCOLS; c++) fprintf(m, " %10llu", v[i][c]);
         fputc('\n', m);
@@ -195,7 +204,7 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
         for (int c = 0; c < NCOLS; c++) {
             if (mn[i][c] == mx[i][c]) snprintf(cell[i][c], sizeof(cell[i][c]), "%llu", sum[i][c]);
             else snprintf(cell[i][c], sizeof(cell[i][c]), "%llu [%llu-%llu]", sum[i][c], mn[i][c], mx[i][c]);
-            if (i == ROW_SIDES || (!sum[i][C_CALLS] && !sum[i][C_FORTRAN])) continue;
+            if (i == ROW_SIDES || !row_used(sum[i])) continue;
             int w = (int)strlen(cell[i][c]);
             if (w > width[c]) width[c] = w;
         }
@@ -207,7 +216,7 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
     for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], col_names[c]);
     fputc('\n', m);
     for (int i = 0; i < ROW_SIDES; i++) {
-        if (!sum[i][C_CALLS] && !sum[i][C_FORTRAN]) continue;
+        if (!row_used(sum[i])) continue;
         fprintf(m, "[ncclmpi] %-22s", row_name(i));
         for (int c = 0; c < NCOLS; c++) fprintf(m, "  %*s", width[c], cell[i][c]);
         fputc('\n', m);
