@@ -1,8 +1,10 @@
-/* p2p_bench: point-to-point exchanges of device buffers, six ways in one job:
+/* p2p_bench: point-to-point exchanges of device buffers, seven ways in one job:
  *   mpi       MPI_Isend/Irecv/Waitall (MPI_Send/Recv one way) on device buffers (intercepted by
  *             libncclmpi when preloaded)
  *   persist   the same messages as persistent requests (MPI_Send_init/Recv_init, made once per
  *             pattern and size): MPI_Startall + MPI_Waitall
+ *   neighbor  ring and halo3d only: the same messages as one MPI_Neighbor_alltoallv on a periodic
+ *             Cartesian communicator of the pattern's shape
  *   nccl      raw ncclSend/ncclRecv of the same messages in one NCCL group + stream sync
  *   staged    cudaMemcpy to host, the real MPI (PMPI_*, never intercepted), copy back
  *   ipc       what a pull over CUDA IPC costs: a 64-byte envelope through the real MPI, then the
@@ -34,8 +36,8 @@
 enum { EXCH, ONEWAY, RING, HALO, NPAT };
 static const char *const pat_names[NPAT] = {"exchange", "oneway", "ring", "halo3d"};
 enum { MAXP = 6 }; /* neighbours of a pattern at most */
-enum { W_MPI, W_NCCL, W_STAGED, W_IPC, W_IPCC, W_PERS, NWAY };
-static const char *const way_names[NWAY] = {"mpi", "nccl", "staged", "ipc", "ipc+copy", "persist"};
+enum { W_MPI, W_NCCL, W_STAGED, W_IPC, W_IPCC, W_PERS, W_NEIGH, NWAY };
+static const char *const way_names[NWAY] = {"mpi", "nccl", "staged", "ipc", "ipc+copy", "persist", "neighbor"};
 
 static int rank, size, ipc_ok, nccl_ok;
 static ncclComm_t nc;
@@ -44,6 +46,7 @@ static char *dsend, *drecv, *dstage, *hsend, *hrecv;
 static char **peer_send, **peer_stage; /* by rank: its buffers, mapped (ipc; our own for us) */
 static size_t maxb;
 static int nslots = 2, dims[3]; /* message slots per buffer (MAXP with halo3d); the 3-D grid */
+static MPI_Comm cart_ring = MPI_COMM_NULL, cart_halo = MPI_COMM_NULL; /* W_NEIGH's communicators */
 
 /* the peers of a pattern: np of them; peer k's message goes at offset k * maxb */
 static int peers(int pat, int *p, int *sends, int *recvs)
@@ -126,6 +129,17 @@ static void run(int way, int pat, size_t n)
         posted_at = bench_now();
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
         return;
+    case W_NEIGH: {
+        /* the Cartesian order is -1 then +1 per dimension: halo3d's slots; the ring's slots are
+         * +1 then -1 (what goes toward -1 arrives in the other's +1 block, as with the tags) */
+        int cnt[MAXP], disp[MAXP];
+        for (int k = 0; k < np; k++) {
+            cnt[k] = (int)n;
+            disp[k] = (int)((pat == RING ? 1 - k : k) * maxb);
+        }
+        MPI_Neighbor_alltoallv(dsend, cnt, disp, MPI_BYTE, drecv, cnt, disp, MPI_BYTE, pat == RING ? cart_ring : cart_halo);
+        return;
+    }
     case W_PERS:
         nq = pers_requests(pat, n, p, np, s, r);
         MPI_Startall(nq, pers.q);
@@ -241,6 +255,11 @@ int main(int argc, char **argv)
     maxb = e;
     if (strstr(pats, "halo3d")) nslots = MAXP;
     MPI_Dims_create(size, 3, dims);
+    {
+        int per[3] = {1, 1, 1};
+        MPI_Cart_create(MPI_COMM_WORLD, 1, &size, per, 0, &cart_ring);
+        MPI_Cart_create(MPI_COMM_WORLD, 3, dims, per, 0, &cart_halo);
+    }
     CUDACHECK(cudaMalloc((void **)&dsend, nslots * maxb));
     CUDACHECK(cudaMalloc((void **)&drecv, nslots * maxb));
     CUDACHECK(cudaMalloc((void **)&dstage, nslots * maxb));
@@ -292,7 +311,7 @@ int main(int argc, char **argv)
     (void)cudaGetLastError();
 
     FILE *csv = out && rank == 0 ? fopen(out, "w") : NULL;
-    if (csv) fprintf(csv, "pattern,ranks,bytes,mpi_us,nccl_us,staged_us,ipc_us,ipc_copy_us,mpi_post_us,persist_us\n");
+    if (csv) fprintf(csv, "pattern,ranks,bytes,mpi_us,nccl_us,staged_us,ipc_us,ipc_copy_us,mpi_post_us,persist_us,neighbor_us\n");
     if (rank == 0) {
         struct cudaDeviceProp prop;
         CUDACHECK(cudaGetDeviceProperties(&prop, 0));
@@ -301,8 +320,8 @@ int main(int argc, char **argv)
         printf("# p2p_bench: %d ranks, %d GPU(s) per node (%s), NCCL %d, medians of blocking iterations; "
                "bytes per message%s%s\n", size, ndev, prop.name, v, ipc_ok ? "" : "; ipc columns not run (needs one GPU per rank on one node)",
                nccl_ok ? "" : "; nccl column not run (ranks share a GPU)");
-        printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s %10s %10s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us", "ipc_us",
-               "ipc+cp_us", "mpi/nccl", "ipc/nccl", "mpi_post", "persist_us");
+        printf("%-9s %10s %10s %10s %10s %10s %10s %9s %9s %10s %10s %10s\n", "pattern", "bytes", "mpi_us", "nccl_us", "staged_us",
+               "ipc_us", "ipc+cp_us", "mpi/nccl", "ipc/nccl", "mpi_post", "persist_us", "neigh_us");
     }
     int failed = 0;
     for (int pat = 0; pat < NPAT; pat++) {
@@ -313,6 +332,7 @@ int main(int argc, char **argv)
             for (int w = 0; w < NWAY; w++) {
                 t[w] = -1;
                 if (((w == W_IPC || w == W_IPCC) && !ipc_ok) || (w == W_NCCL && !nccl_ok)) continue;
+                if (w == W_NEIGH && pat != RING && pat != HALO) continue;
                 if (check(w, pat, n)) {
                     if (rank == 0) printf("%s %zu B: %s delivered wrong data\n", pat_names[pat], n, way_names[w]);
                     failed = 1;
@@ -322,13 +342,14 @@ int main(int argc, char **argv)
             }
             if (rank == 0) {
                 const double none = -1;  /* (a ratio to a column that was not run) */
-                printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %10.2f %10.2f\n", pat_names[pat], n, t[0], t[1], t[2],
-                       t[3], t[4], t[1] > 0 ? t[0] / t[1] : none, t[1] > 0 && t[3] > 0 ? t[3] / t[1] : none, post, t[W_PERS]);
+                printf("%-9s %10zu %10.2f %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %10.2f %10.2f %10.2f\n", pat_names[pat], n, t[0], t[1],
+                       t[2], t[3], t[4], t[1] > 0 ? t[0] / t[1] : none, t[1] > 0 && t[3] > 0 ? t[3] / t[1] : none, post, t[W_PERS],
+                       t[W_NEIGH]);
                 fflush(stdout);
             }
             if (csv)
-                fprintf(csv, "%s,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", pat_names[pat], size, n, t[0], t[1], t[2], t[3], t[4], post,
-                        t[W_PERS]);
+                fprintf(csv, "%s,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", pat_names[pat], size, n, t[0], t[1], t[2], t[3], t[4],
+                        post, t[W_PERS], t[W_NEIGH]);
         }
     }
     if (csv) fclose(csv);
@@ -339,6 +360,8 @@ int main(int argc, char **argv)
             if (peer_stage[q]) cudaIpcCloseMemHandle(peer_stage[q]);
         }
     if (nccl_ok) ncclCommDestroy(nc);
+    MPI_Comm_free(&cart_ring);
+    MPI_Comm_free(&cart_halo);
     MPI_Finalize();
     return failed;
 }

@@ -349,8 +349,9 @@ def c_wrapper(r, recv_kinds):
                 "int nm_impl_%s(%s)" % (n, f), "{",
                 "    NM_COUNT_CALL(%s);" % fn,
                 # a receive (NM_KF_RECV) may get a point-to-point envelope (NCCLMPI_P2P_ENVELOPE),
-                # which ncclmpi decodes also where no CUDA driver is loaded; no other call has
-                # anything to do there
+                # which ncclmpi decodes also where no CUDA driver is loaded, and a neighbourhood
+                # collective (NM_KF_NEIGH) then runs as point-to-point on every rank; no other
+                # call has anything to do there
                 "    if (NM_LIKELY(nm_host_fast()%s)) return PMPI_%s(%s);" % (
                     " && !nm_envelopes_configured" if r["kind"] in recv_kinds else "", n, act),
                 "    return nm_slow_%s(%s);" % (n, act)]
@@ -707,7 +708,8 @@ COVERAGE_DOC = """\
 #                       goes as an envelope through the real MPI and its receiver copies the
 #                       payload from the sender's GPU (CUDA IPC); every receive decodes what it
 #                       gets; other messages are staged; persistent requests start the call's
-#                       nonblocking form there
+#                       nonblocking form there, and neighbourhood collectives run as such
+#                       messages (where envelopes reach device memory)
 #   staged              device buffers are copied to host and back around the real MPI call
 #   staged              (buffered sends, and persistent ones, copied at each MPI_Start)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
@@ -724,8 +726,8 @@ COVERAGE_DOC = """\
 
 
 def op_kinds(nm_op_h):
-    """The operation kinds of NM_OPK_TABLE: those whose facts include NM_KF_NCCL, those with
-    NM_KF_RECV, and all of them."""
+    """The operation kinds of NM_OPK_TABLE: those whose facts include NM_KF_NCCL, those that
+    envelopes concern where no CUDA driver is loaded (NM_KF_RECV, NM_KF_NEIGH), and all of them."""
     text = open(nm_op_h).read()
     table = text[text.index("#define NM_OPK_TABLE"):]
     table = table[:table.index("\n\n")]
@@ -733,7 +735,7 @@ def op_kinds(nm_op_h):
     if not kinds:
         sys.exit("gen_wrappers: no NM_OPK_TABLE rows in " + nm_op_h)
     with_fact = lambda fact: {k for k, facts in kinds if fact in facts}
-    return with_fact("NM_KF_NCCL"), with_fact("NM_KF_RECV"), {k for k, _ in kinds}
+    return with_fact("NM_KF_NCCL"), with_fact("NM_KF_RECV") | with_fact("NM_KF_NEIGH"), {k for k, _ in kinds}
 
 
 def category(r, nccl):
@@ -749,7 +751,7 @@ def category(r, nccl):
             return "routed"
         # the calls envelope.cc sends envelopes from (not buffered; a persistent one restarts
         # its nonblocking form: persistent.cc), and every receive, which decodes what it gets
-        receive = r["kind"] in ("RECV", "SENDRECV", "SENDRECV_REPLACE", "MRECV")
+        receive = r["kind"] in ("RECV", "SENDRECV", "SENDRECV_REPLACE", "MRECV") or r["kind"].startswith("NEIGHBOR_")
         envelope_send = r["kind"] == "SEND" and r["name"] not in ("Bsend", "Ibsend", "Bsend_init")
         return "point-to-point" if receive or envelope_send else "staged"
     if p == "WIN" and r["flags"] == "CORE":

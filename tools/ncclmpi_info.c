@@ -172,7 +172,8 @@ static void print_functions(void)
     static const char *const kinds[][2] = {
         {"routed", "device buffers on NCCL (staged where NCCL cannot)"},
         {"point-to-point", "device buffers: large contiguous messages as envelopes through the real MPI, the\n"
-                           "    receiver copying the payload from the sender's GPU (one node, NCCLMPI_P2P_ENVELOPE), others staged"},
+                           "    receiver copying the payload from the sender's GPU (one node, NCCLMPI_P2P_ENVELOPE), others staged;\n"
+                           "    neighbourhood collectives as such messages where envelopes reach device memory, else staged"},
         {"staged", "device buffers through host copies and the real MPI"},
         {"rejected-on-device", "device buffers refused with MPI_ERR_BUFFER, never passed to the real MPI"},
         {"device-window", "one-sided: windows in device memory through CUDA IPC (one node), device origins staged"},

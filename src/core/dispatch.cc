@@ -24,6 +24,7 @@
 #include "core/tl/nccl/coll_nccl.h"
 #include "core/tl/oneshot/oneshot.h"
 #include "core/tl/p2p/envelope.h"
+#include "core/tl/p2p/neighbor.h"
 #include "core/tl/staged/persistent.h"
 #include "core/tl/shared/shared_gpu.h"
 #include "core/stream/enqueue.h"
@@ -413,6 +414,14 @@ static bool keeps_queued_envelopes(const nm_op_t *o)
 static int enter(nm_op_t *o, int *rc, void *scratch)
 {
     if (depth || nm_cfg.DISABLE) return ENTER_PMPI;
+    // every rank's neighbourhood collective, host or device buffers, where it runs as
+    // point-to-point (neighbor.h: agreed, whatever this rank's buffers); at depth 0, since its
+    // messages run as the application's own calls
+    if (NM_UNLIKELY(nm_opk(o->kind) & NM_KF_NEIGH) && initialized && !finalized && neigh_applies(o)) {
+        nm_trace_call(o->fn);
+        *rc = neigh_run(o);
+        return ENTER_DONE;
+    }
     const bool coll = nm_opkind_is_coll(o->kind);
     const bool agree = nm_cfg.AGREE && coll;
     // no CUDA driver in the process: every buffer is host memory, the route is the host's
@@ -618,7 +627,7 @@ int real_done(nm_op_t *o, int rc)
         }
         DepthGuard dg;
         if (o->flags & NM_OPF_NB) {  // decoded by the Wait or Test that completes the real MPI's request
-            if (!nm_thread_multiple) {
+            if (!nm_thread_multiple && !(o->flags & NM_OPF_TASK)) {
                 pers_watch_decode(*o->req, d, o->comm);
                 return rc;
             }
@@ -737,10 +746,11 @@ extern "C" void nm_before_finalize(void)
 
 extern "C" void nm_comm_created(MPI_Comm parent, MPI_Comm newcomm)
 {
-    // no CUDA check: NCCLMPI_EAGER's creation is collective, every rank takes part
-    if (depth || nm_cfg.DISABLE || !nm_cfg.EAGER || !initialized || finalized) return;
+    // no CUDA check: what follows is collective, every rank takes part (decided by agreed state)
+    if (depth || nm_cfg.DISABLE || !initialized || finalized) return;
     DepthGuard dg;
-    comm_state_created(parent, newcomm);
+    neigh_comm_created(newcomm);  // a topology's neighbourhood collectives as point-to-point
+    if (nm_cfg.EAGER) comm_state_created(parent, newcomm);
 }
 
 // MPIX_Stream_comm_create: every rank of the new communicator is here (a communicator

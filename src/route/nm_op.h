@@ -90,6 +90,8 @@ enum {
     NM_OPF_STAGED = 1u << 3,  /* buffers were swapped for host shadows, copied back after the real call */
     NM_OPF_DECODE = 1u << 4,  /* a receive that may get an envelope (core/tl/p2p/envelope.h) */
     NM_OPF_DECODE_CALLER = 1u << 5, /* with NM_OPF_DECODE: its decoding state lives in the caller's frame */
+    NM_OPF_TASK = 1u << 6,    /* a call ncclmpi runs for itself (NB): its request is a task or the real MPI's own,
+                                 never one that only the Wait and Test wrappers complete (own_request_done) */
 };
 
 struct nm_stage;

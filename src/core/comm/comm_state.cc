@@ -18,6 +18,7 @@
 #include "core/engine/engine.h"
 #include "core/tl/oneshot/oneshot.h"
 #include "core/tl/p2p/envelope.h"
+#include "core/tl/p2p/neighbor.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -49,6 +50,7 @@ static int comm_delete_fn(MPI_Comm, int, void *val, void *)
     // release the hidden duplicate (every rank frees this communicator, so every rank is here),
     // and let the last operation in flight destroy the NCCL communicator.
     engine_comm_freed(cs);
+    neigh_comm_freed(cs);
     if (env_on()) env_comm_freed(cs->comm);  // (what a probe took out of matching there and nothing received)
     comm_release(cs);
     return MPI_SUCCESS;

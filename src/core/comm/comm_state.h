@@ -20,6 +20,7 @@ namespace ncclmpi {
 
 struct Op;
 struct SharedWin;
+struct Neighbors;
 
 // One agreement round of the engine: a PMPI_Iallreduce(MIN) of a proposal on the hidden comm.
 struct Round {
@@ -40,6 +41,7 @@ struct CommState {
     MPI_Comm hidden = MPI_COMM_NULL;
     std::string why_staged;
     SharedWin *shared = nullptr;  // ranks sharing GPUs: the agreed window (tl/shared/shared_gpu.h)
+    Neighbors *neigh = nullptr;   // neighbourhood collectives as point-to-point (tl/p2p/neighbor.h)
     // the device side's agreed id and device, and the processes in order (comm/side_cache.h)
     uint64_t side_id = 0;
     int side_device = -1;

@@ -160,6 +160,9 @@ void Task::recycle()
     op_ = nullptr;
     inner_ = greq_ = MPI_REQUEST_NULL;
     stage_ = nullptr;
+    group_.clear();
+    is_group_ = false;
+    group_rc_ = MPI_SUCCESS;
     has_status_ = false;
     inner_failed_ = false;
     copying_ = false;
@@ -249,6 +252,57 @@ bool task_take_failure(MPI_Request req, int *code, bool *reported)
     return true;
 }
 
+bool own_request_done(MPI_Request *r, MPI_Status *st, int *err, bool *reported)
+{
+    *err = MPI_SUCCESS;
+    *reported = false;
+    int flag = 0;
+    if (*r == MPI_REQUEST_NULL) {
+        PMPI_Status_set_elements_x(st, MPI_BYTE, 0);
+        PMPI_Status_set_cancelled(st, 0);
+        st->MPI_SOURCE = MPI_ANY_SOURCE;
+        st->MPI_TAG = MPI_ANY_TAG;
+        return true;
+    }
+    PMPI_Request_get_status(*r, &flag, st);
+    if (!flag) return false;
+    // a task's failure is taken before its request is freed, which would drop it
+    task_take_failure(*r, err, reported);
+    const int rc = PMPI_Wait(r, st);
+    if (rc != MPI_SUCCESS && *err == MPI_SUCCESS) {  // the real MPI's own request: its handler saw it
+        *err = rc;
+        *reported = true;
+    }
+    return true;
+}
+
+int own_requests_wait(int n, MPI_Request *r, const char *call)
+{
+    nm_flush();  // (queued sends among them go now)
+    int first = MPI_SUCCESS;
+    bool watched = false;
+    for (unsigned spin = 0;; spin++) {
+        tasks_progress();
+        bool left = false;
+        for (int i = 0; i < n; i++) {
+            MPI_Status st;
+            int err;
+            bool reported;
+            if (r[i] == MPI_REQUEST_NULL) continue;
+            if (!own_request_done(&r[i], &st, &err, &reported)) left = true;
+            else if (err != MPI_SUCCESS && first == MPI_SUCCESS) first = err;
+        }
+        if (!left) break;
+        if ((spin & 255) == 255) {
+            if (!watched) nm_wd_begin(call, "for its messages");
+            watched = true;
+            sched_yield();
+        }
+    }
+    if (watched) nm_wd_end();
+    return first;
+}
+
 // The failure of a request that wrapper `r` just completed (its handle before the call).
 static bool take_failure(Reporting &r, MPI_Request before, Failure *f)
 {
@@ -275,6 +329,19 @@ bool Task::poll(uint64_t sweep)
             NM_ERROR(COLL, "%s", msg + 9);
             complete(nm_error_code(nm_error_class(st), msg));
         }
+        return true;
+    }
+    if (is_group_) {
+        bool left = false;
+        for (MPI_Request &r : group_) {
+            MPI_Status st;
+            int err;
+            bool reported;
+            if (!own_request_done(&r, &st, &err, &reported)) left = true;
+            else if (err != MPI_SUCCESS && group_rc_ == MPI_SUCCESS) group_rc_ = err;
+        }
+        if (left) return false;
+        complete(group_rc_);
         return true;
     }
     auto stage_rc = [](nm_status_t st) { return st == NM_OK ? MPI_SUCCESS : nm_error_class(st); };

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "core/cuda/cuda_api.h"
 #include "route/nm_op.h"
@@ -42,6 +43,15 @@ class Task {
     // envelope.h): the task is not complete while it waits; sent() gives it its request, or the
     // error that kept it from being sent.
     void set_deferred() { deferred_ = true; }
+    // A neighbourhood collective run as point-to-point (neighbor.h): complete once every one of
+    // reqs (ncclmpi's own requests: own_request_done) is, failed with the first failure, or with
+    // rc when one of its calls could not be made.
+    void set_group(std::vector<MPI_Request> reqs, int rc)
+    {
+        group_ = std::move(reqs);
+        is_group_ = true;
+        group_rc_ = rc;
+    }
     void sent(MPI_Request inner, nm_status_t st, const char *why);
     // Hand the user a generalized request standing for this task. Returns an MPI code.
     int publish(MPI_Request *user_req);
@@ -73,6 +83,9 @@ class Task {
     MPI_Request inner_ = MPI_REQUEST_NULL;
     Stage *stage_ = nullptr;
     Decode *decode_ = nullptr;
+    std::vector<MPI_Request> group_;  // set_group
+    bool is_group_ = false;
+    int group_rc_ = MPI_SUCCESS;
     MPI_Request greq_ = MPI_REQUEST_NULL;
     MPI_Status inner_status_;
     bool has_status_ = false;
@@ -96,6 +109,14 @@ void tasks_reap();
 // true with its code and whether a handler already saw it; false when it did not fail. (Used where
 // ncclmpi itself completes a task's request, not a Wait or Test wrapper.)
 bool task_take_failure(MPI_Request req, int *code, bool *reported);
+// ncclmpi's own requests: those of calls it ran with NM_OPF_TASK (a task's generalized request, or
+// the real MPI's request of a call that needs nothing after it). Whether *r completed (true for
+// MPI_REQUEST_NULL); then it is freed, *st holds its status and *err its failure (*reported: a
+// handler saw it already).
+bool own_request_done(MPI_Request *r, MPI_Status *st, int *err, bool *reported);
+// Wait for all of r[0..n) (ncclmpi's own), ncclmpi and the real MPI progressing; the first
+// failure's code (its handler not called), or MPI_SUCCESS. call: the MPI function (the watchdog's).
+int own_requests_wait(int n, MPI_Request *r, const char *call);
 // Wait for every outstanding task (MPI_Finalize).
 void tasks_drain();
 // An MPI error code of class `cls` whose MPI_Error_string is `msg` (one code per message).

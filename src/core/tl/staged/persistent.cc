@@ -124,25 +124,9 @@ void restart_progress(MPI_Request app, Emul *em)
 {
     if (!em->posted) return;
     MPI_Status st;
-    int flag = 0, err = MPI_SUCCESS;
-    bool reported = false;
-    if (em->inner != MPI_REQUEST_NULL) {
-        PMPI_Request_get_status(em->inner, &flag, &st);
-        if (!flag) return;
-        // a task's failure is taken before the request is freed (which would drop it)
-        task_take_failure(em->inner, &err, &reported);
-        int rc = PMPI_Wait(&em->inner, &st);
-        if (rc != MPI_SUCCESS && err == MPI_SUCCESS) {  // the real MPI's own request: its handler saw it
-            err = rc;
-            reported = true;
-        }
-    } else {
-        PMPI_Status_set_elements_x(&st, MPI_BYTE, 0);
-        PMPI_Status_set_cancelled(&st, 0);
-        st.MPI_SOURCE = MPI_ANY_SOURCE;
-        st.MPI_TAG = MPI_ANY_TAG;
-    }
-    restart_done(app, em, st, err, reported);
+    int err;
+    bool reported;
+    if (own_request_done(&em->inner, &st, &err, &reported)) restart_done(app, em, st, err, reported);
 }
 
 // The application's status of an emulated request's completion: the source and tag its receive
@@ -351,7 +335,7 @@ int pers_restart_init(nm_op_t *o)
                   : o->fn == NM_FN_Ssend_init ? NM_FN_Issend
                   : o->fn == NM_FN_Rsend_init ? NM_FN_Irsend
                                               : NM_FN_Isend;
-    em->call.flags = NM_OPF_NB;
+    em->call.flags = NM_OPF_NB | NM_OPF_TASK;
     em->call.req = nullptr;
     em->call.status = nullptr;
     em->call.stage = nullptr;
@@ -400,10 +384,10 @@ int pers_restart_post(int n, const MPI_Request *reqs)
         // failed (its handler called): the application's request completes with the error
         if (first == MPI_SUCCESS) first = rc;
         MPI_Status st;
-        PMPI_Status_set_elements_x(&st, MPI_BYTE, 0);
-        PMPI_Status_set_cancelled(&st, 0);
-        st.MPI_SOURCE = MPI_ANY_SOURCE;
-        st.MPI_TAG = MPI_ANY_TAG;
+        int none;
+        bool reported;
+        r = MPI_REQUEST_NULL;
+        own_request_done(&r, &st, &none, &reported);  // (an empty status)
         restart_done(reqs[i], em, st, rc, true);
     }
     return first;

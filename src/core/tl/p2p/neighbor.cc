@@ -1,0 +1,172 @@
+// ncclmpi: neighbourhood collectives as point-to-point (see neighbor.h).
+#include "core/tl/p2p/neighbor.h"
+
+#include <string>
+#include <vector>
+
+#include "core/comm/comm_state.h"
+#include "core/engine/task.h"
+#include "core/tl/p2p/envelope.h"
+#include "interpose/interpose.h"
+#include "util/config.h"
+#include "util/log.h"
+
+namespace ncclmpi {
+
+struct Neighbors {
+    MPI_Comm dup = MPI_COMM_NULL;  // where the messages travel
+    std::vector<int> src, dst;     // by block: where block i comes from, where block j goes
+    std::vector<int> rtag, stag;   // and the tags they travel with
+};
+
+static bool on() { return env_device() && !nm_cfg.FORCE_STAGED; }
+
+void neigh_comm_created(MPI_Comm comm)
+{
+    if (!on() || comm == MPI_COMM_NULL) return;
+    int inter = 0, topo = MPI_UNDEFINED;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (!inter) PMPI_Topo_test(comm, &topo);
+    if (topo == MPI_UNDEFINED) return;
+    Neighbors *n = new Neighbors;
+    if (topo == MPI_CART) {
+        // dimension d: block 2d toward -1, 2d + 1 toward +1; what comes from -1 was sent toward +1
+        int nd = 0;
+        PMPI_Cartdim_get(comm, &nd);
+        for (int d = 0; d < nd; d++) {
+            int minus = MPI_PROC_NULL, plus = MPI_PROC_NULL;
+            PMPI_Cart_shift(comm, d, 1, &minus, &plus);
+            n->src.insert(n->src.end(), {minus, plus});
+            n->dst.insert(n->dst.end(), {minus, plus});
+            n->stag.insert(n->stag.end(), {2 * d, 2 * d + 1});
+            n->rtag.insert(n->rtag.end(), {2 * d + 1, 2 * d});
+        }
+    } else if (topo == MPI_GRAPH) {
+        int rank = 0, k = 0;
+        PMPI_Comm_rank(comm, &rank);
+        PMPI_Graph_neighbors_count(comm, rank, &k);
+        n->src.resize(k);
+        if (k) PMPI_Graph_neighbors(comm, rank, k, n->src.data());
+        n->dst = n->src;
+    } else {  // MPI_DIST_GRAPH
+        int in = 0, out = 0, weighted = 0;
+        PMPI_Dist_graph_neighbors_count(comm, &in, &out, &weighted);
+        n->src.resize(in);
+        n->dst.resize(out);
+        std::vector<int> sw(in + 1), dw(out + 1);
+        PMPI_Dist_graph_neighbors(comm, in, n->src.data(), sw.data(), out, n->dst.data(), dw.data());
+    }
+    // graphs: one tag, blocks paired by their order (repeated edges too)
+    n->rtag.resize(n->src.size(), 0);
+    n->stag.resize(n->dst.size(), 0);
+    // every rank of comm is in its constructor: the duplicate is collective there
+    PMPI_Comm_dup(comm, &n->dup);
+    PMPI_Comm_set_errhandler(n->dup, MPI_ERRORS_RETURN);  // failures are raised on comm
+    CommState *cs = comm_state(comm);
+    cs->neigh = n;
+}
+
+void neigh_comm_freed(CommState *cs)
+{
+    Neighbors *n = cs->neigh;
+    if (!n) return;
+    cs->neigh = nullptr;
+    env_flush_sends();  // (queued sends name the duplicate)
+    PMPI_Comm_free(&n->dup);
+    delete n;
+}
+
+bool neigh_applies(const nm_op_t *o)
+{
+    return on() && o->comm != MPI_COMM_NULL && comm_state(o->comm)->neigh != nullptr;
+}
+
+namespace {
+
+MPI_Aint extent_of(MPI_Datatype t)
+{
+    MPI_Aint lb = 0, ext = 0;
+    if (t != MPI_DATATYPE_NULL) PMPI_Type_get_extent(t, &lb, &ext);
+    return ext;
+}
+
+// One message of the call, run as the application's own nonblocking call would be.
+int post(int fn, int kind, void *buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    nm_op_t x;
+    nm_op_init(&x, fn, kind, NM_OPF_NB | NM_OPF_TASK);
+    if (kind == NM_OPK_RECV) {
+        x.rbuf = buf;
+        x.rcount = count;
+        x.rtype = type;
+    } else {
+        x.sbuf = buf;
+        x.scount = count;
+        x.stype = type;
+    }
+    x.peer = x.rpeer = peer;
+    x.tag = x.rtag = tag;
+    x.comm = comm;
+    x.req = req;
+    int rc = MPI_SUCCESS;
+    if (!nm_enter(&x, &rc)) rc = nm_real_fns[fn](&x);
+    return rc;
+}
+
+}  // namespace
+
+int neigh_run(nm_op_t *o)
+{
+    const Neighbors &n = *comm_state(o->comm)->neigh;
+    const int k = o->kind;
+    const bool v = k == NM_OPK_NEIGHBOR_ALLGATHERV || k == NM_OPK_NEIGHBOR_ALLTOALLV;
+    const bool w = k == NM_OPK_NEIGHBOR_ALLTOALLW;
+    const bool gather = k == NM_OPK_NEIGHBOR_ALLGATHER || k == NM_OPK_NEIGHBOR_ALLGATHERV;
+    const MPI_Aint sext = w ? 0 : extent_of(o->stype), rext = w ? 0 : extent_of(o->rtype);
+    std::vector<MPI_Request> reqs;
+    reqs.reserve(n.src.size() + n.dst.size());
+    int rc = MPI_SUCCESS;
+    // the receives, then the sends (a block of MPI_PROC_NULL is left alone)
+    for (size_t i = 0; i < n.src.size() && rc == MPI_SUCCESS; i++) {
+        if (n.src[i] == MPI_PROC_NULL) continue;
+        char *b = (char *)o->rbuf;
+        int cnt = o->rcount;
+        MPI_Datatype t = o->rtype;
+        if (w) b += o->radispls[i], cnt = o->rcounts[i], t = o->rtypes[i];
+        else if (v) b += (MPI_Aint)o->rdispls[i] * rext, cnt = o->rcounts[i];
+        else b += (MPI_Aint)i * o->rcount * rext;
+        reqs.push_back(MPI_REQUEST_NULL);
+        rc = post(NM_FN_Irecv, NM_OPK_RECV, b, cnt, t, n.src[i], n.rtag[i], n.dup, &reqs.back());
+    }
+    for (size_t j = 0; j < n.dst.size() && rc == MPI_SUCCESS; j++) {
+        if (n.dst[j] == MPI_PROC_NULL) continue;
+        char *b = (char *)o->sbuf;
+        int cnt = o->scount;
+        MPI_Datatype t = o->stype;
+        if (w) b += o->sadispls[j], cnt = o->scounts[j], t = o->stypes[j];
+        else if (v && !gather) b += (MPI_Aint)o->sdispls[j] * sext, cnt = o->scounts[j];
+        else if (!gather) b += (MPI_Aint)j * o->scount * sext;
+        reqs.push_back(MPI_REQUEST_NULL);
+        rc = post(NM_FN_Isend, NM_OPK_SEND, b, cnt, t, n.dst[j], n.stag[j], n.dup, &reqs.back());
+    }
+    if (o->flags & NM_OPF_NB) {  // a task completes it once every message did
+        Task *t = Task::get(o);
+        t->set_group(std::move(reqs), rc);
+        return t->publish(o->req);
+    }
+    const int e = own_requests_wait((int)reqs.size(), reqs.data(), nm_fn_names[o->fn]);
+    if (rc == MPI_SUCCESS) rc = e;
+    if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(o->comm, rc);
+    return rc;
+}
+
+}  // namespace ncclmpi
+
+// whether comm's neighbourhood collectives run as point-to-point (tests look it up with dlsym)
+extern "C" __attribute__((visibility("default"))) int ncclmpi_test_neighbor_p2p(MPI_Comm comm)
+{
+    nm_op_t o;
+    nm_op_init(&o, 0, NM_OPK_NEIGHBOR_ALLTOALL, 0);
+    o.comm = comm;
+    return ncclmpi::neigh_applies(&o) ? 1 : 0;
+}

@@ -1,0 +1,36 @@
+#!/bin/sh
+# neighbor.sh BUILDDIR: neighbourhood collectives with device buffers of the stand-in CUDA driver
+# on some ranks and host buffers on others (test/unit/neighbor_prog.c) at 1 to 3 ranks: with
+# envelopes off and in the host test mode (the real MPI's calls, device buffers staged), in device
+# mode (every rank's calls as point-to-point), and in device mode with the stand-in's CUDA IPC
+# (blocks of 1 KiB and more as envelopes).
+b=$1
+d="$b/neighbor_test"
+prog="$b/test/unit/neighbor_prog"
+. "$(dirname "$0")/stand_in.sh"
+stand_in neighbor "$b" "$d" "$prog"
+fail=0
+# device mode (2 ranks and more: envelopes are on) must run them as point-to-point, the others not
+mode_is() {
+  grep -q "($2 ranks, $3," "$d/out" && return 0
+  echo "neighbor: FAIL: $1, $2 ranks: not run $3"
+  return 1
+}
+for env in off host device; do
+  for np in 1 2 3; do
+    NCCLMPI_P2P_ENVELOPE=$env stand_in_run neighbor_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=$env" $np "$prog" || { fail=1; continue; }
+    if [ $env = device ] && [ $np -gt 1 ]; then mode_is "NCCLMPI_P2P_ENVELOPE=$env" $np "as point-to-point" || fail=1
+    elif [ $env != device ]; then mode_is "NCCLMPI_P2P_ENVELOPE=$env" $np "the real MPI's" || fail=1; fi
+  done
+done
+if stand_in_ipc; then
+  for np in 2 3; do
+    FAKE_CUDA_IPC=1 NCCLMPI_P2P_ENVELOPE=device NCCLMPI_P2P_ENVELOPE_MIN=1K NEIGHBOR_SCALE=64 \
+      stand_in_run neighbor_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC, blocks of 1-5 KiB as envelopes" $np "$prog" || { fail=1; continue; }
+    grep -q " [1-9][0-9]* envelopes," "$d/out" || { echo "neighbor: FAIL: $np ranks: no block went as an envelope"; fail=1; }
+    mode_is "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC" $np "as point-to-point" || fail=1
+  done
+else
+  echo "neighbor: the CUDA IPC case skipped (a process cannot open another's descriptors here)"
+fi
+exit $fail
