@@ -7,7 +7,8 @@
  * twice), a non-periodic 2-D grid (missing neighbours: their receive blocks keep their contents), a
  * distributed graph with a repeated edge, and an MPI_Graph_create ring. Every result is compared
  * byte for byte with the real MPI's own call (PMPI_) on host copies of the same inputs into the
- * same poisoned receive buffer; two nonblocking calls are in flight at once on one communicator.
+ * same poisoned receive buffer; two nonblocking calls are in flight at once on one communicator,
+ * and (as point-to-point) one on a duplicate of a topology communicator freed before its wait.
  * Per-neighbour counts of the v and w forms depend on the (sender, receiver) pair. Where the real
  * MPI runs them (not as point-to-point), the nonblocking forms on the ring of one or two ranks are
  * left out: Open MPI 4.1's nonblocking calls pair the blocks of a neighbour named twice otherwise
@@ -227,6 +228,30 @@ int main(int argc, char **argv)
                 printf("rank %d: %s, two MPI_Ineighbor_alltoall in flight: %s differs\n", rank, topo[t].name,
                        memcmp(dr, hr, BUFSZ) ? "the first" : "the second");
             }
+        }
+    }
+    /* a nonblocking call on a duplicate of the 2-D grid (its topology, and ncclmpi's duplicate,
+     * come with it), the duplicate freed before the wait: it still completes (as point-to-point
+     * only: Open MPI 4.1's own nonblocking collectives can crash there) */
+    if (p2p) {
+        MPI_Comm tmp;
+        MPI_Comm_dup(topo[1].comm, &tmp);
+        args_t a;
+        make_args(&topo[1], A2AV, &a);
+        int *ds = (int *)(uintptr_t)b[0], *dr = (int *)(uintptr_t)b[1];
+        for (int i = 0; i < ints; i++) hs[i] = rank * 100000 + 7 + i;
+        memcpy(ds, hs, BUFSZ);
+        memset(dr, 0xa5, BUFSZ);
+        MPI_Request q;
+        run(A2AV, 0, 1, ds, dr, &a, tmp, &q);
+        MPI_Comm_free(&tmp);
+        int rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+        memset(hr, 0xa5, BUFSZ);
+        run(A2AV, 1, 0, hs, hr, &a, topo[1].comm, NULL);
+        if (rc != MPI_SUCCESS || memcmp(dr, hr, BUFSZ)) {
+            failures++;
+            printf("rank %d: MPI_Ineighbor_alltoallv on a communicator freed before its wait: rc %d, %s\n", rank, rc,
+                   memcmp(dr, hr, BUFSZ) ? "wrong data" : "right data");
         }
     }
     for (int t = 0; t < nt; t++) MPI_Comm_free(&topo[t].comm);

@@ -3,7 +3,7 @@
 # CUDA driver (test/unit/p2p_persist_prog.c) at 1 to 3 ranks: with envelopes off (the real MPI's
 # persistent requests on host shadows), in the host test mode and in device mode (restarted
 # nonblocking calls), and in device mode with the stand-in's CUDA IPC (large payloads pulled from
-# the senders' pools).
+# the senders' pools), and with two threads under MPI_THREAD_MULTIPLE.
 b=$1
 d="$b/p2p_persist_test"
 prog="$b/test/unit/p2p_persist_prog"
@@ -22,12 +22,19 @@ for env in off host device; do
     if [ $env != off ] && [ $np -gt 1 ]; then restarted "NCCLMPI_P2P_ENVELOPE=$env" $np || fail=1; fi
   done
 done
+# MPI_THREAD_MULTIPLE, two threads restarting their own requests at once
+for np in 1 2; do
+  P2P_PERSIST_THREADS=2 NCCLMPI_P2P_ENVELOPE=device \
+    stand_in_run p2p_persist_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, two threads" $np "$prog" || fail=1
+done
 if stand_in_ipc; then
   for np in 2 3; do
     FAKE_CUDA_IPC=1 NCCLMPI_P2P_ENVELOPE=device \
       stand_in_run p2p_persist_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC" $np "$prog" || fail=1
     restarted "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC" $np || fail=1
   done
+  FAKE_CUDA_IPC=1 P2P_PERSIST_THREADS=2 NCCLMPI_P2P_ENVELOPE=device \
+    stand_in_run p2p_persist_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC, two threads" 3 "$prog" || fail=1
 else
   echo "p2p_persist: the CUDA IPC case skipped (a process cannot open another's descriptors here)"
 fi

@@ -14,9 +14,11 @@
  * MPI_Request_get_status; the send buffers are rewritten before each start, the receive buffers
  * poisoned; every byte, count, source, tag and error checked (MPI_ERRORS_RETURN). Then a
  * cancelled receive (its buffer left alone), a receive and a send freed while active (the message
- * arrives), and requests freed while inactive. */
+ * arrives), and requests freed while inactive. P2P_PERSIST_THREADS=2: MPI_THREAD_MULTIPLE, and two
+ * threads restart their own set of requests at once, each on communicators of its own. */
 #include <mpi.h>
 #include <ncclmpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +27,7 @@
 
 enum { ITERS = 40, SMALL = 17, BIG = 3000, SLOT = 16384, TRUNC = 5 };
 enum { M_SMALL, M_BIG, M_SSEND, M_RSEND, M_VEC, M_WILD, M_TRUNC, NM }; /* the messages */
-enum { NBUF = 2 * NM + 4 };
+enum { NBUF = 4 * NM + 4 }; /* (the second thread's buffers from 2 * NM + 4) */
 
 static int rank, size, failures;
 
@@ -34,7 +36,7 @@ static int len_of(int k) { return k == M_BIG ? BIG : SMALL + k; }
 
 #define FAIL(...)                                                                 \
     do {                                                                          \
-        failures++;                                                               \
+        __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                       \
         printf("rank %d: ", rank);                                                \
         printf(__VA_ARGS__);                                                      \
         printf("\n");                                                             \
@@ -57,46 +59,14 @@ static const char *err_str(int e)
     return m;
 }
 
-int main(int argc, char **argv)
+/* the requests, set up once and restarted ITERS times (thread th's, on its own communicators c and
+ * w and buffers: with P2P_PERSIST_THREADS=2 two threads run this at once) */
+static int nm, trunc, restarted;
+static int dest[NM], src[NM];
+
+static void restarts(int th, MPI_Comm c, MPI_Comm w, int *const *sb, int *const *rb)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    CUdeviceptr b[NBUF];
-    if (!stand_in_driver("p2p_persist_prog", NBUF, SLOT * sizeof(int), b)) {
-        MPI_Finalize();
-        return 77;
-    }
-    MPI_Comm c, w;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    MPI_Comm_dup(MPI_COMM_WORLD, &w);
-    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
-    int *sb[NM], *rb[NM];
-    for (int k = 0; k < NM; k++) {
-        sb[k] = (int *)(uintptr_t)b[k];
-        rb[k] = (int *)(uintptr_t)b[NM + k];
-    }
-    const int left = (rank + size - 1) % size, right = (rank + 1) % size;
-    /* message k goes to dest(k) with tag 50 + k, comes from src(k) */
-    int dest[NM], src[NM];
-    for (int k = 0; k < NM; k++) {
-        dest[k] = k % 2 ? left : right;
-        src[k] = k % 2 ? right : left;
-    }
-    /* whether ncclmpi restarts persistent requests here (a start runs MPI_Irecv): one to itself */
-    {
-        MPI_Request pq[2];
-        MPI_Recv_init(rb[0], 4, MPI_INT, rank, 49, c, &pq[0]);
-        MPI_Send_init(sb[0], 4, MPI_INT, rank, 49, c, &pq[1]);
-        MPI_Startall(2, pq);
-        MPI_Waitall(2, pq, MPI_STATUSES_IGNORE);
-        MPI_Request_free(&pq[0]);
-        MPI_Request_free(&pq[1]);
-    }
-    const int restarted = device_calls("Irecv") > 0;
-    const int nm = restarted ? NM : M_TRUNC; /* (the truncated receive: only where ncclmpi restarts) */
-    const int trunc = restarted && size > 1; /* (and where the real MPI reports it: see above) */
+    (void)th; /* (both threads' messages are alike: a failure names its iteration and message) */
     MPI_Request rq[NM], sq[NM], all[2 * NM];
     for (int k = 0; k < nm; k++) {
         const int n = len_of(k), tag = 50 + k;
@@ -129,7 +99,7 @@ int main(int argc, char **argv)
         if (it % 2) MPI_Startall(nm, rq);
         else
             for (int k = 0; k < nm; k++) MPI_Start(&rq[k]);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(c);
         MPI_Startall(nm, sq);
         for (int k = 0; k < nm; k++) all[k] = rq[k], all[nm + k] = sq[k];
         MPI_Status st[2 * nm];
@@ -199,6 +169,88 @@ int main(int argc, char **argv)
     for (int k = 0; k < nm; k++) {
         MPI_Request_free(&rq[k]);
         MPI_Request_free(&sq[k]);
+    }
+
+}
+
+typedef struct {
+    int th;
+    MPI_Comm c, w;
+    int *sb[NM], *rb[NM];
+} thread_args_t;
+
+static void *thread_main(void *p)
+{
+    thread_args_t *a = p;
+    restarts(a->th, a->c, a->w, a->sb, a->rb);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int nthreads = 1, provided = 0;
+    MPI_Init_thread(&argc, &argv, getenv("P2P_PERSIST_THREADS") ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    CUdeviceptr b[NBUF];
+    if (!stand_in_driver("p2p_persist_prog", NBUF, SLOT * sizeof(int), b)) {
+        MPI_Finalize();
+        return 77;
+    }
+    MPI_Comm c, w;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_dup(MPI_COMM_WORLD, &w);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
+    int *sb[NM], *rb[NM];
+    for (int k = 0; k < NM; k++) {
+        sb[k] = (int *)(uintptr_t)b[k];
+        rb[k] = (int *)(uintptr_t)b[NM + k];
+    }
+    const int left = (rank + size - 1) % size, right = (rank + 1) % size;
+    /* message k goes to dest(k) with tag 50 + k, comes from src(k) */
+    for (int k = 0; k < NM; k++) {
+        dest[k] = k % 2 ? left : right;
+        src[k] = k % 2 ? right : left;
+    }
+    /* whether ncclmpi restarts persistent requests here (a start runs MPI_Irecv): one to itself */
+    {
+        MPI_Request pq[2];
+        MPI_Recv_init(rb[0], 4, MPI_INT, rank, 49, c, &pq[0]);
+        MPI_Send_init(sb[0], 4, MPI_INT, rank, 49, c, &pq[1]);
+        MPI_Startall(2, pq);
+        MPI_Waitall(2, pq, MPI_STATUSES_IGNORE);
+        MPI_Request_free(&pq[0]);
+        MPI_Request_free(&pq[1]);
+    }
+    restarted = device_calls("Irecv") > 0;
+    nm = restarted ? NM : M_TRUNC; /* (the truncated receive: only where ncclmpi restarts) */
+    trunc = restarted && size > 1; /* (and where the real MPI reports it: see above) */
+    nthreads = getenv("P2P_PERSIST_THREADS") ? atoi(getenv("P2P_PERSIST_THREADS")) : 1;
+    if (nthreads < 1 || nthreads > 2) nthreads = 1;
+    thread_args_t ta[2];
+    for (int th = 0; th < nthreads; th++) {
+        ta[th].th = th;
+        if (th == 0) ta[th].c = c, ta[th].w = w;
+        else {
+            MPI_Comm_dup(MPI_COMM_WORLD, &ta[th].c);
+            MPI_Comm_dup(MPI_COMM_WORLD, &ta[th].w);
+            MPI_Comm_set_errhandler(ta[th].c, MPI_ERRORS_RETURN);
+            MPI_Comm_set_errhandler(ta[th].w, MPI_ERRORS_RETURN);
+        }
+        for (int k = 0; k < NM; k++) {
+            ta[th].sb[k] = th ? (int *)(uintptr_t)b[2 * NM + 4 + k] : sb[k];
+            ta[th].rb[k] = th ? (int *)(uintptr_t)b[3 * NM + 4 + k] : rb[k];
+        }
+    }
+    if (nthreads == 1) {
+        restarts(0, c, w, sb, rb);
+    } else {
+        pthread_t tid[2];
+        for (int th = 0; th < nthreads; th++) pthread_create(&tid[th], NULL, thread_main, &ta[th]);
+        for (int th = 0; th < nthreads; th++) pthread_join(tid[th], NULL);
+        MPI_Comm_free(&ta[1].c);
+        MPI_Comm_free(&ta[1].w);
     }
 
     /* a receive nobody sends to, started and cancelled: cancelled, its buffer untouched */
