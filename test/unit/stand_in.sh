@@ -54,3 +54,19 @@ stand_in_need_ipc() {
   stand_in_ipc || { echo "$1: skipped (a process cannot open another's descriptors here)"; exit 77; }
   export FAKE_CUDA_IPC=1
 }
+# stand_in_envelopes PROGNAME BUILDDIR DIR PROG [CHECK]: stand_in_run of PROG at 1 to 3 ranks in
+# each point-to-point envelope mode (NCCLMPI_P2P_ENVELOPE off, host, device); after each run that
+# passed, CHECK MODE NP (the caller's function) may look at DIR/out. Returns 1 when one failed.
+stand_in_envelopes() {
+  _se_fail=0
+  for _se_env in off host device; do
+    for _se_np in 1 2 3; do
+      if NCCLMPI_P2P_ENVELOPE=$_se_env stand_in_run "$1" "$2" "$3" "NCCLMPI_P2P_ENVELOPE=$_se_env" $_se_np "$4"; then
+        [ -z "${5:-}" ] || "$5" $_se_env $_se_np || _se_fail=1
+      else
+        _se_fail=1
+      fi
+    done
+  done
+  return $_se_fail
+}

@@ -276,33 +276,6 @@ bool own_request_done(MPI_Request *r, MPI_Status *st, int *err, bool *reported)
     return true;
 }
 
-int own_requests_wait(int n, MPI_Request *r, const char *call)
-{
-    nm_flush();  // (queued sends among them go now)
-    int first = MPI_SUCCESS;
-    bool watched = false;
-    for (unsigned spin = 0;; spin++) {
-        tasks_progress();
-        bool left = false;
-        for (int i = 0; i < n; i++) {
-            MPI_Status st;
-            int err;
-            bool reported;
-            if (r[i] == MPI_REQUEST_NULL) continue;
-            if (!own_request_done(&r[i], &st, &err, &reported)) left = true;
-            else if (err != MPI_SUCCESS && first == MPI_SUCCESS) first = err;
-        }
-        if (!left) break;
-        if ((spin & 255) == 255) {
-            if (!watched) nm_wd_begin(call, "for its messages");
-            watched = true;
-            sched_yield();
-        }
-    }
-    if (watched) nm_wd_end();
-    return first;
-}
-
 // The failure of a request that wrapper `r` just completed (its handle before the call).
 static bool take_failure(Reporting &r, MPI_Request before, Failure *f)
 {
@@ -597,6 +570,25 @@ static int wait_loop(const char *call, Test test)
     }
     if (watched) nm_wd_end();
     return rc;
+}
+
+int ncclmpi::own_requests_wait(int n, MPI_Request *r, const char *call)
+{
+    nm_flush();  // (queued sends among them go now)
+    int first = MPI_SUCCESS;
+    wait_loop(call, [&](int *done) {
+        *done = 1;
+        for (int i = 0; i < n; i++) {
+            MPI_Status st;
+            int err;
+            bool reported;
+            if (r[i] == MPI_REQUEST_NULL) continue;
+            if (!own_request_done(&r[i], &st, &err, &reported)) *done = 0;
+            else if (err != MPI_SUCCESS && first == MPI_SUCCESS) first = err;
+        }
+        return MPI_SUCCESS;
+    });
+    return first;
 }
 
 // ---- failures of ncclmpi's requests, through the communicator's error handler --------------

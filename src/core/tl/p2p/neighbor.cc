@@ -115,13 +115,36 @@ int post(int fn, int kind, void *buf, int count, MPI_Datatype type, int peer, in
 
 }  // namespace
 
+namespace {
+
+// Block i of o's receive buffer (send: of its send buffer; every block of an allgather is the
+// whole send buffer), ext the extent of the type of the fixed-count and v forms.
+struct Block {
+    char *buf;
+    int count;
+    MPI_Datatype type;
+};
+Block block_of(const nm_op_t *o, bool send, size_t i, MPI_Aint ext)
+{
+    const int k = o->kind;
+    char *base = (char *)(send ? o->sbuf : o->rbuf);
+    const int count = send ? o->scount : o->rcount;
+    const MPI_Datatype type = send ? o->stype : o->rtype;
+    if (send && (k == NM_OPK_NEIGHBOR_ALLGATHER || k == NM_OPK_NEIGHBOR_ALLGATHERV)) return {base, count, type};
+    const int *counts = send ? o->scounts : o->rcounts;
+    if (k == NM_OPK_NEIGHBOR_ALLTOALLW)
+        return {base + (send ? o->sadispls : o->radispls)[i], counts[i], (send ? o->stypes : o->rtypes)[i]};
+    if (k == NM_OPK_NEIGHBOR_ALLGATHERV || k == NM_OPK_NEIGHBOR_ALLTOALLV)
+        return {base + (MPI_Aint)(send ? o->sdispls : o->rdispls)[i] * ext, counts[i], type};
+    return {base + (MPI_Aint)i * count * ext, count, type};
+}
+
+}  // namespace
+
 int neigh_run(nm_op_t *o)
 {
     const Neighbors &n = *comm_state(o->comm)->neigh;
-    const int k = o->kind;
-    const bool v = k == NM_OPK_NEIGHBOR_ALLGATHERV || k == NM_OPK_NEIGHBOR_ALLTOALLV;
-    const bool w = k == NM_OPK_NEIGHBOR_ALLTOALLW;
-    const bool gather = k == NM_OPK_NEIGHBOR_ALLGATHER || k == NM_OPK_NEIGHBOR_ALLGATHERV;
+    const bool w = o->kind == NM_OPK_NEIGHBOR_ALLTOALLW;
     const MPI_Aint sext = w ? 0 : extent_of(o->stype), rext = w ? 0 : extent_of(o->rtype);
     std::vector<MPI_Request> reqs;
     reqs.reserve(n.src.size() + n.dst.size());
@@ -129,25 +152,15 @@ int neigh_run(nm_op_t *o)
     // the receives, then the sends (a block of MPI_PROC_NULL is left alone)
     for (size_t i = 0; i < n.src.size() && rc == MPI_SUCCESS; i++) {
         if (n.src[i] == MPI_PROC_NULL) continue;
-        char *b = (char *)o->rbuf;
-        int cnt = o->rcount;
-        MPI_Datatype t = o->rtype;
-        if (w) b += o->radispls[i], cnt = o->rcounts[i], t = o->rtypes[i];
-        else if (v) b += (MPI_Aint)o->rdispls[i] * rext, cnt = o->rcounts[i];
-        else b += (MPI_Aint)i * o->rcount * rext;
+        const Block b = block_of(o, false, i, rext);
         reqs.push_back(MPI_REQUEST_NULL);
-        rc = post(NM_FN_Irecv, NM_OPK_RECV, b, cnt, t, n.src[i], n.rtag[i], n.dup, &reqs.back());
+        rc = post(NM_FN_Irecv, NM_OPK_RECV, b.buf, b.count, b.type, n.src[i], n.rtag[i], n.dup, &reqs.back());
     }
     for (size_t j = 0; j < n.dst.size() && rc == MPI_SUCCESS; j++) {
         if (n.dst[j] == MPI_PROC_NULL) continue;
-        char *b = (char *)o->sbuf;
-        int cnt = o->scount;
-        MPI_Datatype t = o->stype;
-        if (w) b += o->sadispls[j], cnt = o->scounts[j], t = o->stypes[j];
-        else if (v && !gather) b += (MPI_Aint)o->sdispls[j] * sext, cnt = o->scounts[j];
-        else if (!gather) b += (MPI_Aint)j * o->scount * sext;
+        const Block b = block_of(o, true, j, sext);
         reqs.push_back(MPI_REQUEST_NULL);
-        rc = post(NM_FN_Isend, NM_OPK_SEND, b, cnt, t, n.dst[j], n.stag[j], n.dup, &reqs.back());
+        rc = post(NM_FN_Isend, NM_OPK_SEND, b.buf, b.count, b.type, n.dst[j], n.stag[j], n.dup, &reqs.back());
     }
     if (o->flags & NM_OPF_NB) {  // a task completes it once every message did
         Task *t = Task::get(o);
