@@ -9,7 +9,7 @@
  * those on the ring of one or two ranks are left out: Open MPI 4.1's nonblocking calls pair the
  * blocks of a neighbour named twice otherwise than its blocking ones.
  *
- *   gpu_neighbor [--host]   (--host: malloc buffers only, label mpi)
+ *   gpu_neighbor [--host] [--big]   (--host: malloc buffers only, label mpi; --big: blocks of 4-80 KiB)
  */
 #include "gpu_common.h"
 
@@ -17,10 +17,12 @@ static int rank, size, failures, host_mode;
 enum { AG, AGV, A2A, A2AV, A2AW, NCALL };
 static const char *const call_name[NCALL] = {"allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw"};
 static MPI_Datatype pair2; /* two ints as one element: alltoallw's odd blocks use it */
-enum { K = 5, MAXN = 8 }; /* elements per block of the fixed-count forms; neighbours at most */
+enum { K0 = 5, MAXN = 8 }; /* elements per block of the fixed-count forms; neighbours at most */
+static int scale = 1;       /* --big: blocks 1024 times larger (4-80 KiB: envelopes where they are on) */
+#define K (K0 * scale)
 
 /* elements sender s sends to receiver r in the v forms (both sides compute it) */
-static int pair_count(int s, int r) { return 1 + (s + 2 * r) % 4; }
+static int pair_count(int s, int r) { return (1 + (s + 2 * r) % 4) * scale; }
 
 typedef struct {
     MPI_Comm comm;
@@ -152,6 +154,7 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--host")) host_mode = 1;
+        else if (!strcmp(argv[i], "--big")) scale = 1024;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -6,8 +6,10 @@
  * MPI_Recv; then rank 1 sends host data that rank 0 receives into device memory. Checks the
  * return codes, the counts (the probe's included), the bytes, and that nothing is written past
  * the message. With NCCLMPI_P2P_ENVELOPE=device the device sends travel as envelopes whose
- * payload rank 1 must read from rank 0's GPU: it loads the CUDA driver to do so. Exits 77 when
- * rank 0 has no GPU or there is one rank.
+ * payload rank 1 must read from rank 0's GPU: it loads the CUDA driver to do so. Then an
+ * MPI_Neighbor_alltoall of 64 KiB blocks on a periodic ring, rank 0's in device memory, the others'
+ * in host memory (as point-to-point with device envelopes). Exits 77 when rank 0 has no GPU or
+ * there is one rank.
  */
 #include "gpu_common.h"
 
@@ -111,6 +113,46 @@ int main(int argc, char **argv)
         int rc = MPI_Send(h, (int)back, MPI_BYTE, 0, 99, MPI_COMM_WORLD);
         GPU_CHECK(rc == MPI_SUCCESS, "host message to device memory: send returned %d", rc);
         free(h);
+    }
+    /* a neighbourhood collective on a ring, rank 0's blocks in device memory, the others' in host
+     * memory (where envelopes reach device memory every rank runs it as point-to-point, rank 1
+     * too, which has no CUDA of its own) */
+    {
+        int per = 1, minus, plus;
+        MPI_Comm ring;
+        MPI_Cart_create(MPI_COMM_WORLD, 1, &size, &per, 0, &ring);
+        MPI_Comm_set_errhandler(ring, MPI_ERRORS_RETURN);
+        MPI_Cart_shift(ring, 0, 1, &minus, &plus);
+        const size_t nb = 64u << 10;
+        unsigned char *hs = malloc(2 * nb), *hr = malloc(2 * nb);
+        for (int j = 0; j < 2; j++)
+            for (size_t i = 0; i < nb; i++) hs[j * nb + i] = pat(rank, 40 + j, i);
+        memset(hr, POISON, 2 * nb);
+        void *s = hs, *r = hr;
+        if (rank == 0) {
+            CUDACHECK(cudaMalloc(&s, 2 * nb));
+            CUDACHECK(cudaMalloc(&r, 2 * nb));
+            CUDACHECK(cudaMemcpy(s, hs, 2 * nb, cudaMemcpyHostToDevice));
+            CUDACHECK(cudaMemcpy(r, hr, 2 * nb, cudaMemcpyHostToDevice));
+        }
+        int rc = MPI_Neighbor_alltoall(s, (int)nb, MPI_BYTE, r, (int)nb, MPI_BYTE, ring);
+        GPU_CHECK(rc == MPI_SUCCESS, "MPI_Neighbor_alltoall on the ring returned %d", rc);
+        if (rank == 0) CUDACHECK(cudaMemcpy(hr, r, 2 * nb, cudaMemcpyDeviceToHost));
+        /* block 0 comes from -1, which sent its block 1 (toward +1); block 1 from +1, its block 0 */
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < nb; i++)
+                if (hr[k * nb + i] != pat(k ? plus : minus, 40 + (k ? 0 : 1), i)) {
+                    GPU_CHECK(0, "MPI_Neighbor_alltoall on the ring (%s buffers): block %d byte %zu is 0x%02x", rank ? "host" : "device",
+                              k, i, hr[k * nb + i]);
+                    break;
+                }
+        if (rank == 0) {
+            CUDACHECK(cudaFree(s));
+            CUDACHECK(cudaFree(r));
+        }
+        free(hs);
+        free(hr);
+        MPI_Comm_free(&ring);
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

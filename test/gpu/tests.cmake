@@ -152,7 +152,8 @@ foreach(np 2 3)
 endforeach()
 
 # gpu_neighbor: neighbourhood collectives (ring, 2-D grid with missing neighbours, dist graph) on
-# device buffers, staged, against the real MPI on host copies; gpu_persist: persistent
+# device buffers (as point-to-point where envelopes reach device memory, else staged), against the
+# real MPI's blocking calls on host copies; gpu_persist: persistent
 # point-to-point requests on device buffers restarted 1000 times around a ring (device and host
 # senders, every completion form, cancel, free while active). Both on malloc buffers with --host.
 # gpu_persist here with envelopes off (staged persistent requests; with envelopes: below).
@@ -184,7 +185,8 @@ set_tests_properties(gpu_nocuda_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P
 foreach(np 2 3 4)
   add_test(gpu_p2p_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_p2p" --seed 3${np})
   add_test(gpu_persist_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_persist" --iters 200)
-  set_tests_properties(gpu_p2p_np${np}_envelope gpu_persist_np${np}_envelope PROPERTIES LABELS "gpu" TIMEOUT 120
+  add_test(gpu_neighbor_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_neighbor" --big)
+  set_tests_properties(gpu_p2p_np${np}_envelope gpu_persist_np${np}_envelope gpu_neighbor_np${np}_envelope PROPERTIES LABELS "gpu" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")
 endforeach()
 
