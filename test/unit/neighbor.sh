@@ -3,7 +3,7 @@
 # on some ranks and host buffers on others (test/unit/neighbor_prog.c) at 1 to 3 ranks: with
 # envelopes off and in the host test mode (the real MPI's calls, device buffers staged), in device
 # mode (every rank's calls as point-to-point), and in device mode with the stand-in's CUDA IPC
-# (blocks of 1 KiB and more as envelopes).
+# (blocks of 1 KiB and more as envelopes), and with two threads under MPI_THREAD_MULTIPLE.
 b=$1
 d="$b/neighbor_test"
 prog="$b/test/unit/neighbor_prog"
@@ -21,6 +21,11 @@ expected_mode() {  # MODE NP
   elif [ "$1" != device ]; then mode_is "$1" "$2" "the real MPI's"; fi
 }
 stand_in_envelopes neighbor_prog "$b" "$d" "$prog" expected_mode || fail=1
+# MPI_THREAD_MULTIPLE, two threads running every call at once on communicators of their own
+for np in 2 3; do
+  NEIGHBOR_THREADS=1 NCCLMPI_P2P_ENVELOPE=device stand_in_run neighbor_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, two threads" $np "$prog" &&
+    mode_is "device, two threads" $np "as point-to-point" || fail=1
+done
 if stand_in_ipc; then
   for np in 2 3; do
     FAKE_CUDA_IPC=1 NCCLMPI_P2P_ENVELOPE=device NCCLMPI_P2P_ENVELOPE_MIN=1K NEIGHBOR_SCALE=64 \
@@ -28,6 +33,8 @@ if stand_in_ipc; then
     grep -q " [1-9][0-9]* envelopes," "$d/out" || { echo "neighbor: FAIL: $np ranks: no block went as an envelope"; fail=1; }
     mode_is "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC" $np "as point-to-point" || fail=1
   done
+  NEIGHBOR_THREADS=1 FAKE_CUDA_IPC=1 NCCLMPI_P2P_ENVELOPE=device NCCLMPI_P2P_ENVELOPE_MIN=1K NEIGHBOR_SCALE=64 \
+    stand_in_run neighbor_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC, envelopes, two threads" 3 "$prog" || fail=1
 else
   echo "neighbor: the CUDA IPC case skipped (a process cannot open another's descriptors here)"
 fi

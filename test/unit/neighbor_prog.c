@@ -9,11 +9,14 @@
  * byte for byte with the real MPI's own call (PMPI_) on host copies of the same inputs into the
  * same poisoned receive buffer; two nonblocking calls are in flight at once on one communicator,
  * and (as point-to-point) one on a duplicate of a topology communicator freed before its wait.
+ * NEIGHBOR_THREADS=1: MPI_THREAD_MULTIPLE, and two threads run every call at once, each on
+ * topology communicators of its own.
  * Per-neighbour counts of the v and w forms depend on the (sender, receiver) pair. Where the real
  * MPI runs them (not as point-to-point), the nonblocking forms on the ring of one or two ranks are
  * left out: Open MPI 4.1's nonblocking calls pair the blocks of a neighbour named twice otherwise
  * than its blocking ones (the reference), which the point-to-point form matches. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +28,7 @@ enum { K = 5, MAXN = 8, NBUF = 8, BUFSZ = 1 << 16 };
 enum { AG, AGV, A2A, A2AV, A2AW, NCALL };
 static const char *const call_name[NCALL] = {"allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw"};
 
-static int rank, size, failures;
+static int rank, size, failures; /* (failures: added to atomically, threads too) */
 static int scale = 1; /* NEIGHBOR_SCALE: blocks that many times larger (envelopes from 1 KiB at 64) */
 
 static int pair_count(int s, int r) { return (1 + (s + 2 * r) % 4) * scale; }
@@ -134,56 +137,60 @@ static int run(int call, int ref, int nb, const void *sb, void *rb, const args_t
     return rc;
 }
 
-int main(int argc, char **argv)
+/* the four topologies over MPI_COMM_WORLD (made by the main thread: Open MPI 4.1 can hang when
+ * threads make communicators at once) */
+static int make_topos(topo_t *topo)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (getenv("NEIGHBOR_SCALE")) scale = atoi(getenv("NEIGHBOR_SCALE"));
-    CUdeviceptr b[NBUF];
-    if (!stand_in_driver("neighbor_prog", NBUF, BUFSZ, b)) {
-        MPI_Finalize();
-        return 77;
-    }
-    const int ints = BUFSZ / (int)sizeof(int);
-    int *hs = malloc(BUFSZ), *hr = malloc(BUFSZ), *ref = malloc(BUFSZ), *hs2 = malloc(BUFSZ), *hr2 = malloc(BUFSZ);
-    topo_t topo[4];
     int nt = 0;
-    {
-        int periods = 1;
-        MPI_Cart_create(MPI_COMM_WORLD, 1, &size, &periods, 0, &topo[nt].comm);
-        topo[nt++].name = "periodic ring";
-        int dims[2] = {0, 0}, p2[2] = {0, 0};
-        MPI_Dims_create(size, 2, dims);
-        MPI_Cart_create(MPI_COMM_WORLD, 2, dims, p2, 0, &topo[nt].comm);
-        topo[nt++].name = "2-D grid";
-        const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-        int outs[3] = {right, right, left}, ins[3] = {left, left, right}, weights[3] = {1, 1, 1};
-        MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 3, ins, weights, 3, outs, weights, MPI_INFO_NULL, 0, &topo[nt].comm);
-        topo[nt++].name = "graph with a repeated edge";
-        int *index = malloc(size * sizeof(int)), *edges = malloc(2 * size * sizeof(int));
-        for (int r = 0; r < size; r++) {
-            index[r] = 2 * (r + 1);
-            edges[2 * r] = (r + 1) % size;
-            edges[2 * r + 1] = (r + size - 1) % size;
-        }
-        MPI_Graph_create(MPI_COMM_WORLD, size, index, edges, 0, &topo[nt].comm);
-        topo[nt++].name = "graph ring";
-        free(index);
-        free(edges);
+    int periods = 1;
+    MPI_Cart_create(MPI_COMM_WORLD, 1, &size, &periods, 0, &topo[nt].comm);
+    topo[nt++].name = "periodic ring";
+    int dims[2] = {0, 0}, p2[2] = {0, 0};
+    MPI_Dims_create(size, 2, dims);
+    MPI_Cart_create(MPI_COMM_WORLD, 2, dims, p2, 0, &topo[nt].comm);
+    topo[nt++].name = "2-D grid";
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int outs[3] = {right, right, left}, ins[3] = {left, left, right}, weights[3] = {1, 1, 1};
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 3, ins, weights, 3, outs, weights, MPI_INFO_NULL, 0, &topo[nt].comm);
+    topo[nt++].name = "graph with a repeated edge";
+    int *index = malloc(size * sizeof(int)), *edges = malloc(2 * size * sizeof(int));
+    for (int r = 0; r < size; r++) {
+        index[r] = 2 * (r + 1);
+        edges[2 * r] = (r + 1) % size;
+        edges[2 * r + 1] = (r + size - 1) % size;
     }
+    MPI_Graph_create(MPI_COMM_WORLD, size, index, edges, 0, &topo[nt].comm);
+    topo[nt++].name = "graph ring";
+    free(index);
+    free(edges);
     for (int t = 0; t < nt; t++) {
         neighbours(&topo[t]);
         MPI_Comm_set_errhandler(topo[t].comm, MPI_ERRORS_RETURN);
     }
-    int p2p = 1;
-    for (int t = 0; t < nt; t++) p2p &= as_p2p(topo[t].comm);
-    const int ring_nb_skipped = !p2p && size <= 2; /* (see above) */
+    return nt;
+}
+
+/* one thread's communicators and buffers */
+typedef struct {
+    topo_t topo[4];
+    int nt;
+    int *d[4];                          /* device buffers */
+    int *hs, *hr, *ref, *hs2, *hr2;     /* host ones */
+} set_t;
+
+static int ints, p2p, ring_nb_skipped;
+
+/* every call and form on every topology, twice (see the passes), and two calls in flight */
+static void check_set(set_t *x)
+{
+    topo_t *topo = x->topo;
+    const int nt = x->nt;
+    int *hs = x->hs, *hr = x->hr, *ref = x->ref, *hs2 = x->hs2, *hr2 = x->hr2;
     /* pass 0: device buffers on even ranks, host ones on odd ranks; pass 1: device everywhere */
     for (int pass = 0; pass < 2; pass++) {
         const int dev = pass == 1 || rank % 2 == 0;
-        int *ds = dev ? (int *)(uintptr_t)b[0] : hs2, *dr = dev ? (int *)(uintptr_t)b[1] : hr2;
-        int *ds2 = (int *)(uintptr_t)b[2], *dr2 = (int *)(uintptr_t)b[3];
+        int *ds = dev ? x->d[0] : hs2, *dr = dev ? x->d[1] : hr2;
+        int *ds2 = x->d[2], *dr2 = x->d[3];
         for (int t = 0; t < nt; t++)
             for (int call = 0; call < NCALL; call++)
                 for (int nb = 0; nb < 2; nb++) {
@@ -201,7 +208,7 @@ int main(int argc, char **argv)
                         int at = -1;
                         for (int i = 0; i < ints && at < 0; i++)
                             if (dr[i] != ref[i]) at = i;
-                        failures++;
+                        __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
                         printf("rank %d: %s %s%s (%s buffers): rc %d/%d, int %d is %d, want %d\n", rank, topo[t].name, nb ? "I" : "",
                                call_name[call], dev ? "device" : "host", rc, rc2, at, at < 0 ? 0 : dr[at], at < 0 ? 0 : ref[at]);
                     }
@@ -224,11 +231,56 @@ int main(int argc, char **argv)
             memset(ref, 0x5a, BUFSZ);
             run(A2A, 1, 0, hs, ref, &a, topo[t].comm, NULL);
             if (memcmp(dr, hr, BUFSZ) || memcmp(dr2, ref, BUFSZ)) {
-                failures++;
+                __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
                 printf("rank %d: %s, two MPI_Ineighbor_alltoall in flight: %s differs\n", rank, topo[t].name,
                        memcmp(dr, hr, BUFSZ) ? "the first" : "the second");
             }
         }
+    }
+}
+
+static void *thread_main(void *p)
+{
+    check_set(p);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int nthreads = 1, provided = 0;
+    MPI_Init_thread(&argc, &argv, getenv("NEIGHBOR_THREADS") ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (getenv("NEIGHBOR_SCALE")) scale = atoi(getenv("NEIGHBOR_SCALE"));
+    CUdeviceptr b[NBUF];
+    if (!stand_in_driver("neighbor_prog", NBUF, BUFSZ, b)) {
+        MPI_Finalize();
+        return 77;
+    }
+    ints = BUFSZ / (int)sizeof(int);
+    int *hs = malloc(BUFSZ), *hr = malloc(BUFSZ), *ref = malloc(BUFSZ), *hs2 = malloc(BUFSZ), *hr2 = malloc(BUFSZ);
+    nthreads = getenv("NEIGHBOR_THREADS") ? 2 : 1;
+    set_t sets[2];
+    for (int th = 0; th < nthreads; th++) {
+        set_t *x = &sets[th];
+        x->nt = make_topos(x->topo);
+        for (int k = 0; k < 4; k++) x->d[k] = (int *)(uintptr_t)b[4 * th + k];
+        x->hs = th ? malloc(BUFSZ) : hs, x->hr = th ? malloc(BUFSZ) : hr, x->ref = th ? malloc(BUFSZ) : ref;
+        x->hs2 = th ? malloc(BUFSZ) : hs2, x->hr2 = th ? malloc(BUFSZ) : hr2;
+    }
+    topo_t *topo = sets[0].topo;
+    const int nt = sets[0].nt;
+    p2p = 1;
+    for (int t = 0; t < nt; t++) p2p &= as_p2p(topo[t].comm);
+    ring_nb_skipped = !p2p && size <= 2; /* (see above) */
+    if (nthreads == 1) {
+        check_set(&sets[0]);
+    } else {  /* two threads at once, each on its own communicators */
+        pthread_t tid[2];
+        for (int th = 0; th < 2; th++) pthread_create(&tid[th], NULL, thread_main, &sets[th]);
+        for (int th = 0; th < 2; th++) pthread_join(tid[th], NULL);
+        for (int t = 0; t < sets[1].nt; t++) MPI_Comm_free(&sets[1].topo[t].comm);
+        free(sets[1].hs), free(sets[1].hr), free(sets[1].ref), free(sets[1].hs2), free(sets[1].hr2);
     }
     /* a nonblocking call on a duplicate of the 2-D grid (its topology, and ncclmpi's duplicate,
      * come with it), the duplicate freed before the wait: it still completes (as point-to-point
@@ -249,7 +301,7 @@ int main(int argc, char **argv)
         memset(hr, 0xa5, BUFSZ);
         run(A2AV, 1, 0, hs, hr, &a, topo[1].comm, NULL);
         if (rc != MPI_SUCCESS || memcmp(dr, hr, BUFSZ)) {
-            failures++;
+            __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
             printf("rank %d: MPI_Ineighbor_alltoallv on a communicator freed before its wait: rc %d, %s\n", rank, rc,
                    memcmp(dr, hr, BUFSZ) ? "wrong data" : "right data");
         }
