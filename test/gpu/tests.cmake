@@ -184,7 +184,7 @@ set_tests_properties(gpu_nocuda_np2_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P
 # fuzzer, persistent requests and the neighbourhood collectives must behave as before
 foreach(np 2 3 4)
   add_test(gpu_p2p_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_p2p" --seed 3${np})
-  add_test(gpu_persist_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_persist" --iters 200)
+  add_test(gpu_persist_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_persist")
   add_test(gpu_neighbor_np${np}_envelope ${GRUN} ${np} "${B}/test/gpu/gpu_neighbor" --big)
   set_tests_properties(gpu_p2p_np${np}_envelope gpu_persist_np${np}_envelope gpu_neighbor_np${np}_envelope PROPERTIES LABELS "gpu" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device;NCCLMPI_P2P_ENVELOPE_MIN=4096")
