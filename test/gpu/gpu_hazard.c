@@ -1180,18 +1180,24 @@ static void *thr_main(void *vp)
     return NULL;
 }
 
+/* fn on two threads at once, one argument each (args[0], args[1], of size bytes), joined */
+static void two_threads(const char *scenario, void *(*fn)(void *), void *args, size_t size)
+{
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, fn, (char *)args + i * size)) {
+            fprintf(stderr, "gpu_hazard %s: pthread_create failed\n", scenario);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+}
+
 static void sc_threads(void)
 {
     MPI_Comm A = fresh_dup(), B = fresh_dup();
     for (int nb = 0; nb < 2; nb++) {
         thr_arg_t a[2] = {{A, 0, rank % 2 ? 20000 : 0, nb}, {B, 1, rank % 2 ? 0 : 20000, nb}};
-        pthread_t t[2];
-        for (int i = 0; i < 2; i++)
-            if (pthread_create(&t[i], NULL, thr_main, &a[i])) {
-                fprintf(stderr, "gpu_hazard threads: pthread_create failed\n");
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        two_threads("threads", thr_main, a, sizeof(a[0]));
     }
     STEP();
     MPI_Comm_free(&A);
@@ -1525,13 +1531,7 @@ static void sc_use_churn_threads(void)
             c[t].tid = t;
             churn_make(MPI_COMM_WORLD, it, &c[t].a[it], &c[t].b[it]);
         }
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++)
-        if (pthread_create(&th[i], NULL, churn_thread, &c[i])) {
-            fprintf(stderr, "gpu_hazard use_churn_threads: pthread_create failed\n");
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    two_threads("use_churn_threads", churn_thread, c, sizeof(c[0]));
 }
 
 /* ---------------------------------------------------------------------------------------- */

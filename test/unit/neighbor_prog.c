@@ -9,14 +9,13 @@
  * byte for byte with the real MPI's own call (PMPI_) on host copies of the same inputs into the
  * same poisoned receive buffer; two nonblocking calls are in flight at once on one communicator,
  * and (as point-to-point) one on a duplicate of a topology communicator freed before its wait.
- * NEIGHBOR_THREADS=1: MPI_THREAD_MULTIPLE, and two threads run every call at once, each on
+ * NEIGHBOR_THREADS set: MPI_THREAD_MULTIPLE, and two threads run every call at once, each on
  * topology communicators of its own.
  * Per-neighbour counts of the v and w forms depend on the (sender, receiver) pair. Where the real
  * MPI runs them (not as point-to-point), the nonblocking forms on the ring of one or two ranks are
  * left out: Open MPI 4.1's nonblocking calls pair the blocks of a neighbour named twice otherwise
  * than its blocking ones (the reference), which the point-to-point form matches. */
 #include <mpi.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,10 +246,7 @@ static void *thread_main(void *p)
 
 int main(int argc, char **argv)
 {
-    int nthreads = 1, provided = 0;
-    MPI_Init_thread(&argc, &argv, getenv("NEIGHBOR_THREADS") ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int nthreads = stand_in_mpi_init(&argc, &argv, "NEIGHBOR_THREADS", &rank, &size);
     if (getenv("NEIGHBOR_SCALE")) scale = atoi(getenv("NEIGHBOR_SCALE"));
     CUdeviceptr b[NBUF];
     if (!stand_in_driver("neighbor_prog", NBUF, BUFSZ, b)) {
@@ -259,7 +255,6 @@ int main(int argc, char **argv)
     }
     ints = BUFSZ / (int)sizeof(int);
     int *hs = malloc(BUFSZ), *hr = malloc(BUFSZ), *ref = malloc(BUFSZ), *hs2 = malloc(BUFSZ), *hr2 = malloc(BUFSZ);
-    nthreads = getenv("NEIGHBOR_THREADS") ? 2 : 1;
     set_t sets[2];
     for (int th = 0; th < nthreads; th++) {
         set_t *x = &sets[th];
@@ -273,12 +268,8 @@ int main(int argc, char **argv)
     p2p = 1;
     for (int t = 0; t < nt; t++) p2p &= as_p2p(topo[t].comm);
     ring_nb_skipped = !p2p && size <= 2; /* (see above) */
-    if (nthreads == 1) {
-        check_set(&sets[0]);
-    } else {  /* two threads at once, each on its own communicators */
-        pthread_t tid[2];
-        for (int th = 0; th < 2; th++) pthread_create(&tid[th], NULL, thread_main, &sets[th]);
-        for (int th = 0; th < 2; th++) pthread_join(tid[th], NULL);
+    stand_in_threads(thread_main, sets, sizeof(sets[0]), nthreads); /* (each on its own communicators) */
+    if (nthreads > 1) {
         for (int t = 0; t < sets[1].nt; t++) MPI_Comm_free(&sets[1].topo[t].comm);
         free(sets[1].hs), free(sets[1].hr), free(sets[1].ref), free(sets[1].hs2), free(sets[1].hr2);
     }

@@ -14,11 +14,10 @@
  * MPI_Request_get_status; the send buffers are rewritten before each start, the receive buffers
  * poisoned; every byte, count, source, tag and error checked (MPI_ERRORS_RETURN). Then a
  * cancelled receive (its buffer left alone), a receive and a send freed while active (the message
- * arrives), and requests freed while inactive. P2P_PERSIST_THREADS=2: MPI_THREAD_MULTIPLE, and two
+ * arrives), and requests freed while inactive. P2P_PERSIST_THREADS set: MPI_THREAD_MULTIPLE, and two
  * threads restart their own set of requests at once, each on communicators of its own. */
 #include <mpi.h>
 #include <ncclmpi.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,7 +59,7 @@ static const char *err_str(int e)
 }
 
 /* the requests, set up once and restarted ITERS times (thread th's, on its own communicators c and
- * w and buffers: with P2P_PERSIST_THREADS=2 two threads run this at once) */
+ * w and buffers: with P2P_PERSIST_THREADS set two threads run this at once) */
 static int nm, trunc, restarted;
 static int dest[NM], src[NM];
 
@@ -188,10 +187,7 @@ static void *thread_main(void *p)
 
 int main(int argc, char **argv)
 {
-    int nthreads = 1, provided = 0;
-    MPI_Init_thread(&argc, &argv, getenv("P2P_PERSIST_THREADS") ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int nthreads = stand_in_mpi_init(&argc, &argv, "P2P_PERSIST_THREADS", &rank, &size);
     CUdeviceptr b[NBUF];
     if (!stand_in_driver("p2p_persist_prog", NBUF, SLOT * sizeof(int), b)) {
         MPI_Finalize();
@@ -226,8 +222,6 @@ int main(int argc, char **argv)
     restarted = device_calls("Irecv") > 0;
     nm = restarted ? NM : M_TRUNC; /* (the truncated receive: only where ncclmpi restarts) */
     trunc = restarted && size > 1; /* (and where the real MPI reports it: see above) */
-    nthreads = getenv("P2P_PERSIST_THREADS") ? atoi(getenv("P2P_PERSIST_THREADS")) : 1;
-    if (nthreads < 1 || nthreads > 2) nthreads = 1;
     thread_args_t ta[2];
     for (int th = 0; th < nthreads; th++) {
         ta[th].th = th;
@@ -243,12 +237,8 @@ int main(int argc, char **argv)
             ta[th].rb[k] = th ? (int *)(uintptr_t)b[3 * NM + 4 + k] : rb[k];
         }
     }
-    if (nthreads == 1) {
-        restarts(0, c, w, sb, rb);
-    } else {
-        pthread_t tid[2];
-        for (int th = 0; th < nthreads; th++) pthread_create(&tid[th], NULL, thread_main, &ta[th]);
-        for (int th = 0; th < nthreads; th++) pthread_join(tid[th], NULL);
+    stand_in_threads(thread_main, ta, sizeof(ta[0]), nthreads);
+    if (nthreads > 1) {
         MPI_Comm_free(&ta[1].c);
         MPI_Comm_free(&ta[1].w);
     }

@@ -6,6 +6,8 @@
 #define NM_TEST_STAND_IN_H
 #include <cuda.h>
 #include <dlfcn.h>
+#include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,31 @@ static inline void *stand_in_driver(const char *prog, int n, size_t bytes, CUdev
         return NULL;
     }
     return h;
+}
+
+/* MPI_Init of a stand-in program: at MPI_THREAD_MULTIPLE where the environment variable
+ * threads_env is set (the program then runs two threads at once, stand_in_threads), with rank and
+ * size. Returns the number of threads to run: 2 or 1. */
+static inline int stand_in_mpi_init(int *argc, char ***argv, const char *threads_env, int *rank, int *size)
+{
+    const int threads = getenv(threads_env) ? 2 : 1;
+    int provided = 0;
+    MPI_Init_thread(argc, argv, threads > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return threads;
+}
+
+/* fn(arg[i]) for i < n: on this thread when n is 1, else on n threads at once (joined) */
+static inline void stand_in_threads(void *(*fn)(void *), void *args, size_t arg_size, int n)
+{
+    pthread_t tid[8];
+    if (n == 1) {
+        fn(args);
+        return;
+    }
+    for (int i = 0; i < n && i < 8; i++) pthread_create(&tid[i], NULL, fn, (char *)args + i * arg_size);
+    for (int i = 0; i < n && i < 8; i++) pthread_join(tid[i], NULL);
 }
 
 /* The buffers stand_in_driver allocated as a pool for dev_new/dev_free: a free one (of `bufsz`

@@ -76,9 +76,9 @@ void neigh_comm_freed(CommState *cs)
     delete n;
 }
 
-bool neigh_applies(const nm_op_t *o)
+bool neigh_applies(MPI_Comm comm)
 {
-    return on() && o->comm != MPI_COMM_NULL && comm_state(o->comm)->neigh != nullptr;
+    return on() && comm != MPI_COMM_NULL && comm_state(comm)->neigh != nullptr;
 }
 
 namespace {
@@ -178,8 +178,5 @@ int neigh_run(nm_op_t *o)
 // whether comm's neighbourhood collectives run as point-to-point (tests look it up with dlsym)
 extern "C" __attribute__((visibility("default"))) int ncclmpi_test_neighbor_p2p(MPI_Comm comm)
 {
-    nm_op_t o;
-    nm_op_init(&o, 0, NM_OPK_NEIGHBOR_ALLTOALL, 0);
-    o.comm = comm;
-    return ncclmpi::neigh_applies(&o) ? 1 : 0;
+    return ncclmpi::neigh_applies(comm) ? 1 : 0;
 }

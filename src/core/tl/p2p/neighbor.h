@@ -32,8 +32,8 @@ struct Neighbors;
 void neigh_comm_created(MPI_Comm comm);
 // Release cs's (the communicator is being freed: every rank of it is here).
 void neigh_comm_freed(CommState *cs);
-// Whether call o (a neighbourhood collective) runs as point-to-point.
-bool neigh_applies(const nm_op_t *o);
+// Whether comm's neighbourhood collectives run as point-to-point.
+bool neigh_applies(MPI_Comm comm);
 // Run it: MPI_SUCCESS, or an MPI error code raised through o->comm's handler. Called at depth 0
 // (its messages are run as the application's own calls).
 int neigh_run(nm_op_t *o);

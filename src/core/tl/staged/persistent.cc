@@ -41,10 +41,8 @@ struct Emul {
     nm_op_t call;                        // the nonblocking form (its request: inner)
     MPI_Datatype dup = MPI_DATATYPE_NULL;  // call's own reference to a derived type
     bool posted = false;                 // this activation's call runs (inner, until it completed)
-    MPI_Count bytes = 0;                 // what it got
-    int err = MPI_SUCCESS;               // how it ended
+    int err = MPI_SUCCESS;               // how it ended (got: what it got)
     bool err_reported = false;           // (a handler saw err already)
-    bool cancelled = false;
 };
 
 // Keys on the private communicator (envelope.h: below NM_SELF_KEY0 are fabricated messages').
@@ -106,15 +104,9 @@ void restart_done(MPI_Request app, Emul *em, const MPI_Status &st, int err, bool
     em->err_reported = reported;
     int cancelled = 0;
     if (err == MPI_SUCCESS) PMPI_Test_cancelled(&st, &cancelled);
-    em->cancelled = cancelled != 0;
-    em->bytes = 0;
     if (cancelled) {  // (a receive, or a send the real MPI could cancel): the application's too
         if (app != MPI_REQUEST_NULL) PMPI_Cancel(&app);
         return;
-    }
-    if (err == MPI_SUCCESS) {
-        PMPI_Get_elements_x(&st, MPI_BYTE, &em->bytes);
-        if (em->bytes == MPI_UNDEFINED) em->bytes = 0;
     }
     PMPI_Isend(nullptr, 0, MPI_BYTE, 0, em->key, env_self_comm(), &em->fwd);
 }
@@ -130,12 +122,20 @@ void restart_progress(MPI_Request app, Emul *em)
 }
 
 // The application's status of an emulated request's completion: the source and tag its receive
-// got; a restarted call's count too (unless cancelled: then the real MPI's status says so).
+// got; a restarted call's count too (none when it failed; unless cancelled: then the real MPI's
+// status says so).
 void em_status(const Emul &em, MPI_Status *st)
 {
     st->MPI_SOURCE = em.got.MPI_SOURCE;
     st->MPI_TAG = em.got.MPI_TAG;
-    if (em.restart && !em.cancelled) PMPI_Status_set_elements_x(st, MPI_BYTE, em.bytes);
+    if (!em.restart) return;
+    int cancelled = 0;
+    MPI_Count n = 0;
+    if (em.err == MPI_SUCCESS) {
+        PMPI_Test_cancelled(&em.got, &cancelled);
+        if (!cancelled) PMPI_Get_elements_x(&em.got, MPI_BYTE, &n);
+    }
+    if (!cancelled) PMPI_Status_set_elements_x(st, MPI_BYTE, n == MPI_UNDEFINED ? 0 : n);
 }
 
 // Moves an emulated receive along: its receive completed -> forwarded. (mu held)
