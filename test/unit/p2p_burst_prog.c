@@ -7,7 +7,8 @@
  * wait, the first two of a burst copied at their calls, the later ones at the flush), some with a
  * send buffer off 16-byte alignment, one in a non-contiguous datatype, one in a contiguous derived
  * datatype freed right after the call, one synchronous-mode send, one request freed with
- * MPI_Request_free, and a large one (an envelope where they are on). Receive buffers poisoned;
+ * MPI_Request_free, and a large one (an envelope where they are on); then 80 sends of 8800 bytes
+ * to itself, each sent before the next, before their receives. Receive buffers poisoned;
  * every status, count and byte checked, errors returned (MPI_ERRORS_RETURN) and printed. */
 #include <mpi.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include "stand_in.h"
 
 enum { NMSG = 9, ITERS = 4, BIG = 3000, SLOT = 16384 };  /* BIG ints: 12000 bytes */
+enum { NUNEX = 80, UNEX = 2200 };  /* unexpected sends to itself: 8800 bytes each (envelopes) */
 
 static int rank, size, failures;
 
@@ -116,6 +118,44 @@ int main(int argc, char **argv)
             printf("rank %d iteration %d: the freed request's message is %d (want %d)\n", rank, it, fv, val(left, it, 99, 0));
         }
         MPI_Barrier(MPI_COMM_WORLD);  /* (the freed send's buffer is reused next iteration) */
+    }
+    /* more sends to itself than a pool has copy events (64), each sent at once (an MPI_Iprobe
+     * after it: a call that may wait sends the queue), before any receive: each envelope keeps
+     * its event until its payload is released, so the later sends find none and wait for their
+     * copies (the receives then come in the opposite order) */
+    {
+        CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+        CUdeviceptr big = 0, rbig = 0;
+        if (!alloc || alloc(&big, (size_t)NUNEX * UNEX * sizeof(int)) || alloc(&rbig, UNEX * sizeof(int))) {
+            failures++;
+            printf("rank %d: no stand-in memory for the unexpected sends\n", rank);
+        } else {
+            int *s = (int *)(uintptr_t)big, *r = (int *)(uintptr_t)rbig;
+            MPI_Request sq[NUNEX];
+            for (int k = 0; k < NUNEX; k++) {
+                int flag = 0;
+                for (int i = 0; i < UNEX; i++) s[k * UNEX + i] = val(rank, 7, k, i);
+                MPI_Isend(s + k * UNEX, UNEX, MPI_INT, rank, 200 + k, MPI_COMM_WORLD, &sq[k]);
+                MPI_Iprobe(rank, 1000, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            }
+            for (int k = NUNEX; k-- > 0;) {
+                memset(r, 0xa5, UNEX * sizeof(int));
+                MPI_Status st1;
+                int cnt = -1, bad = -1;
+                MPI_Recv(r, UNEX, MPI_INT, rank, 200 + k, MPI_COMM_WORLD, &st1);
+                MPI_Get_count(&st1, MPI_INT, &cnt);
+                for (int i = 0; i < UNEX && bad < 0; i++)
+                    if (r[i] != val(rank, 7, k, i)) bad = i;
+                if (cnt != UNEX || bad >= 0) {
+                    failures++;
+                    printf("rank %d: unexpected send %d: count %d, int %d wrong\n", rank, k, cnt, bad);
+                }
+            }
+            if (MPI_Waitall(NUNEX, sq, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+                failures++;
+                printf("rank %d: the unexpected sends failed\n", rank);
+            }
+        }
     }
     /* P2P_BURST_KERNELS=1 (the stand-in runs kernels): the payload copies of the bursts went by
      * copy-kernel launches, on every rank */

@@ -19,7 +19,8 @@
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)        \
     X(cuDeviceGetAttribute) X(cuStreamWriteValue64)                                            \
     X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuIpcGetMemHandle)          \
-    X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemGetAddressRange)
+    X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemGetAddressRange) X(cuIpcGetEventHandle)   \
+    X(cuIpcOpenEventHandle)
 
 namespace ncclmpi {
 

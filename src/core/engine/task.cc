@@ -167,6 +167,7 @@ void Task::recycle()
     inner_failed_ = false;
     copying_ = false;
     deferred_.store(false, std::memory_order_relaxed);
+    copy_pool_ = copy_slot_ = -1;
     mpi_rc_ = MPI_SUCCESS;
     why_.clear();
     failed_.store(NM_OK, std::memory_order_relaxed);
@@ -319,6 +320,13 @@ bool Task::poll(uint64_t sweep)
     }
     auto stage_rc = [](nm_status_t st) { return st == NM_OK ? MPI_SUCCESS : nm_error_class(st); };
     if (deferred_.load(std::memory_order_acquire)) return false;  // not sent yet (the next flush sends it)
+    if (copy_slot_ >= 0) {  // its payload's copy into the envelope pool, which may still read the buffer
+        const nm_status_t st = env_copy_poll(copy_pool_, copy_slot_);
+        if (st == NM_INPROGRESS) return false;
+        env_copy_drop(copy_pool_, copy_slot_);
+        copy_slot_ = -1;
+        if (st != NM_OK) fail_op(st, "the copy of the payload into the send pool failed");
+    }
     if (const nm_status_t st = (nm_status_t)failed_.load(std::memory_order_acquire)) {  // never sent
         char msg[MPI_MAX_ERROR_STRING];
         snprintf(msg, sizeof(msg), "ncclmpi: %s: %s (%s)", describe().c_str(), why_.c_str(), nm_status_str(st));

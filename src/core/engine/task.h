@@ -43,6 +43,14 @@ class Task {
     // envelope.h): the task is not complete while it waits; sent() gives it its request, or the
     // error that kept it from being sent.
     void set_deferred() { deferred_ = true; }
+    // A send whose envelope left while its payload's copy into the pool ran (envelope.h): not
+    // complete before copy event `slot` of device `pool`'s pool has passed (a reference to it, given
+    // back then).
+    void set_copy(int pool, int slot)
+    {
+        copy_pool_ = pool;
+        copy_slot_ = slot;
+    }
     // A neighbourhood collective run as point-to-point (neighbor.h): complete once every one of
     // reqs (ncclmpi's own requests: own_request_done) is, failed with the first failure, or with
     // rc when one of its calls could not be made.
@@ -92,6 +100,7 @@ class Task {
     bool inner_failed_ = false;  // the real MPI's request failed (its Test called the handler)
     bool copying_ = false;       // the inner request is done, the copy back under way
     std::atomic<bool> deferred_{false};  // set_deferred(), until sent()
+    int copy_pool_ = -1, copy_slot_ = -1;  // set_copy()
     int mpi_rc_ = MPI_SUCCESS;
     std::string why_;              // written before failed_ is published
     std::atomic<int> failed_{NM_OK};

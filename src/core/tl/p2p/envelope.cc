@@ -46,19 +46,57 @@ struct Held {
     char *wire;
     int pool = -1;  // NM_ENV_IPC: the device pool (ordinal) and the block in it
     size_t off = 0, len = 0;
+    int slot = -1;  // NM_ENV_IPC: the copy event its envelope names (a reference to it)
 };
 
 // A device pool per GPU of this process: cuMemAlloc'ed (so it can be exported), blocks handed out
-// first-fit and returned when their receivers release them.
+// first-fit and returned when their receivers release them. Its first POOL_HEAD bytes hold the
+// CUDA IPC handles of its copy events (slots): a payload's envelope goes out as soon as its copy
+// into the pool is queued, naming the slot recorded after that copy, and the receiver's pull waits
+// for it on the GPU (design.md, "Point-to-point envelopes"). A slot is recorded once per use and
+// reused only when nothing refers to it any more: neither an envelope whose payload is not released
+// (its receiver may not have queued its wait yet) nor a send whose request waits for the copy. A
+// receiver therefore never waits for a later record than the one its envelope named, which could
+// stand behind work of the sender's that waits for the receiver.
+enum { NM_ENV_SLOTS = 64, POOL_HEAD = NM_ENV_SLOTS * (int)sizeof(CUipcEventHandle) };
 struct Pool {
     CUdeviceptr base = 0;
     size_t size = 0;
     CUipcMemHandle handle;
     std::map<size_t, size_t> free_;  // offset -> length
     bool failed = false;
+    CUevent slot_ev[NM_ENV_SLOTS] = {};  // interprocess events (none: every flush waits for its copies)
+    int slot_refs[NM_ENV_SLOTS] = {};
+    std::atomic<bool> slot_done[NM_ENV_SLOTS] = {};  // the copy it was recorded after is done
+    std::vector<int> slot_free;
 };
 std::mutex pool_mu;
 Pool pools[64];
+
+// The copy events of pool p (device d), their handles written into its head. false: none (the
+// device cannot share events, or the driver refused): flushes wait for their copies.
+bool pool_slots(Pool &p)
+{
+    int ok = 0;
+    CUdevice dev;
+    if (cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+        cu.cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, dev) != CUDA_SUCCESS || !ok)
+        return false;
+    CUipcEventHandle h[NM_ENV_SLOTS];
+    int n = 0;
+    for (; n < NM_ENV_SLOTS; n++)
+        if (cu.cuEventCreate(&p.slot_ev[n], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+            cu.cuIpcGetEventHandle(&h[n], p.slot_ev[n]) != CUDA_SUCCESS)
+            break;
+    if (n == NM_ENV_SLOTS && cu.cuMemcpy(p.base, (CUdeviceptr)(uintptr_t)h, sizeof(h)) == CUDA_SUCCESS) {
+        for (int i = NM_ENV_SLOTS; i-- > 0;) p.slot_free.push_back(i);
+        return true;
+    }
+    for (int i = 0; i <= n && i < NM_ENV_SLOTS; i++)
+        if (p.slot_ev[i]) cu.cuEventDestroy(p.slot_ev[i]);
+    memset(p.slot_ev, 0, sizeof(p.slot_ev));
+    return false;
+}
 
 long pool_alloc(int dev, size_t bytes)
 {
@@ -81,7 +119,10 @@ long pool_alloc(int dev, size_t bytes)
             p.base = 0;
             return -1;
         }
-        p.free_[0] = p.size;
+        const bool slots = pool_slots(p);
+        NM_INFO(CALL, "device %d: a pool of %zu bytes for point-to-point payloads%s", dev, p.size,
+                slots ? ", with copy events the receivers wait for" : " (no copy events between processes: each envelope waits for its payload's copy)");
+        p.free_[POOL_HEAD] = p.size - POOL_HEAD;
     }
     for (auto it = p.free_.begin(); it != p.free_.end(); ++it)
         if (it->second >= len) {
@@ -113,29 +154,85 @@ void pool_free(int dev, size_t off, size_t bytes)
     }
 }
 
-// Peers' pools mapped into this process (by process and handle)
-std::mutex map_mu;
-std::map<std::string, CUdeviceptr> mapped;
+// A free copy event of pool `dev` with one reference (the caller's), or -1 (none: the caller waits
+// for its copy itself).
+int slot_get(int dev)
+{
+    std::lock_guard<std::mutex> g(pool_mu);
+    Pool &p = pools[dev];
+    if (p.slot_free.empty()) {
+        if (p.slot_ev[0]) NM_DEBUG(CALL, "device %d: every copy event is in use (payloads not yet released): this send waits for its copy", dev);
+        return -1;
+    }
+    const int s = p.slot_free.back();
+    p.slot_free.pop_back();
+    p.slot_refs[s] = 1;
+    p.slot_done[s].store(false, std::memory_order_relaxed);
+    return s;
+}
 
-CUdeviceptr peer_pool(const Envelope &e)
+void slot_ref(int dev, int s, int n)
+{
+    std::lock_guard<std::mutex> g(pool_mu);
+    pools[dev].slot_refs[s] += n;
+}
+
+void slot_unref(int dev, int s)
+{
+    if (s < 0) return;
+    std::lock_guard<std::mutex> g(pool_mu);
+    Pool &p = pools[dev];
+    if (--p.slot_refs[s] == 0) p.slot_free.push_back(s);
+}
+
+// Peers' pools mapped into this process (by process and handle), with their copy events opened
+struct PeerPool {
+    CUdeviceptr base = 0;
+    bool head_read = false;
+    CUipcEventHandle head[NM_ENV_SLOTS];
+    CUevent ev[NM_ENV_SLOTS] = {};
+};
+std::mutex map_mu;
+std::map<std::string, PeerPool> mapped;
+
+PeerPool *peer_pool(const Envelope &e)  // (under map_mu)
 {
     std::string key = std::to_string(e.pid) + ":" + std::string(e.ipc, sizeof(e.ipc));
-    std::lock_guard<std::mutex> g(map_mu);
     auto it = mapped.find(key);
-    if (it != mapped.end()) return it->second;
+    if (it != mapped.end()) return &it->second;
     CUcontext ctx = nullptr;
     cu.cuCtxGetCurrent(&ctx);
     if (!ctx) {  // a receiving thread with no context: the first GPU's primary one
         CUdevice d0;
-        if (cu.cuDeviceGet(&d0, 0) != CUDA_SUCCESS || cu.cuDevicePrimaryCtxRetain(&ctx, d0) != CUDA_SUCCESS) return 0;
+        if (cu.cuDeviceGet(&d0, 0) != CUDA_SUCCESS || cu.cuDevicePrimaryCtxRetain(&ctx, d0) != CUDA_SUCCESS) return nullptr;
         cu.cuCtxSetCurrent(ctx);
     }
     CUipcMemHandle h;
     memcpy(&h, e.ipc, sizeof(h));
     CUdeviceptr p = 0;
-    if (cu.cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) return 0;
-    mapped[key] = p;
-    return p;
+    if (cu.cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) return nullptr;
+    PeerPool &pp = mapped[key];
+    pp.base = p;
+    return &pp;
+}
+
+// The copy event that e's payload waits behind (e.slot), in this process; null when it cannot be
+// had. A peer's comes from its pool's head, read and opened at the first use.
+CUevent slot_event(const Envelope &e, int own_pool)
+{
+    if (own_pool >= 0) return pools[own_pool].slot_ev[e.slot];
+    std::lock_guard<std::mutex> g(map_mu);
+    PeerPool *pp = peer_pool(e);
+    if (!pp) return nullptr;
+    if (!pp->head_read) {
+        if (cu.cuMemcpy((CUdeviceptr)(uintptr_t)pp->head, pp->base, sizeof(pp->head)) != CUDA_SUCCESS) return nullptr;
+        pp->head_read = true;
+    }
+    if (!pp->ev[e.slot] && cu.cuIpcOpenEventHandle(&pp->ev[e.slot], pp->head[e.slot]) != CUDA_SUCCESS) {
+        pp->ev[e.slot] = nullptr;
+        return nullptr;
+    }
+    return pp->ev[e.slot];
 }
 std::mutex mu;
 std::unordered_map<uint32_t, Held> held;  // payloads waiting for their receivers
@@ -244,13 +341,24 @@ bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
     // from its GPU): the driver comes in now, as reading another GPU's memory needs it
     if (!cuda_attached() && !cuda_load()) return false;
     CUdeviceptr base = 0;
+    int own = -1;
     if (e.pid == getpid()) {  // our own pool
-        for (auto &p : pools)
-            if (p.base && !memcmp(&p.handle, e.ipc, sizeof(p.handle))) base = p.base;
+        for (int i = 0; i < 64; i++)
+            if (pools[i].base && !memcmp(&pools[i].handle, e.ipc, sizeof(pools[i].handle))) {
+                base = pools[i].base;
+                own = i;
+            }
     } else {
-        base = peer_pool(e);
+        std::lock_guard<std::mutex> g(map_mu);
+        PeerPool *pp = peer_pool(e);
+        base = pp ? pp->base : 0;
     }
     if (!base) return false;
+    // the copy follows the sender's copy into its pool (the envelope left before that ended)
+    if (e.slot >= 0 && e.slot < NM_ENV_SLOTS) {
+        CUevent ev = slot_event(e, own);
+        if (!ev || cu.cuStreamWaitEvent(stream ? stream : CU_STREAM_LEGACY, ev, 0) != CUDA_SUCCESS) return false;
+    }
     if (stream) return stage_pull_async(dst, base + e.addr, n, stream);
     return pool_copy(dst, base + e.addr, n);
 }
@@ -383,7 +491,10 @@ static void held_free(const Held &h)
 {
     free(h.payload);
     free(h.wire);
-    if (h.pool >= 0) pool_free(h.pool, h.off, h.len);
+    if (h.pool >= 0) {
+        slot_unref(h.pool, h.slot);
+        pool_free(h.pool, h.off, h.len);
+    }
 }
 
 // The envelope e through the real MPI, in the call's send mode; its payload waits in h.
@@ -399,7 +510,8 @@ static int send_wire(nm_op_t *o, const Held &h, const Envelope &e)
     case NM_FN_Issend: rc = PMPI_Issend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
     default: rc = PMPI_Irsend(h.wire, NM_ENV_WIRE, MPI_BYTE, o->peer, o->tag, o->comm, o->req); break;
     }
-    if (rc != MPI_SUCCESS) {  // never sent: nobody will release it
+    if (rc != MPI_SUCCESS) {  // never sent: nobody will release it (its copy ends before its block is free)
+        if (h.slot >= 0) cu.cuEventSynchronize(pools[h.pool].slot_ev[h.slot]);
         std::lock_guard<std::mutex> g(mu);
         held.erase(e.id);
         count_inflight();
@@ -427,6 +539,7 @@ static int send_held(nm_op_t *o, const Held &h, uint32_t transport, uint64_t add
     e.pid = (int32_t)getpid();
     e.wrank = my_wrank;
     e.transport = transport;
+    e.slot = h.slot;
     if (ipc) memcpy(e.ipc, ipc, sizeof(e.ipc));
     {
         std::lock_guard<std::mutex> g(mu);
@@ -446,6 +559,8 @@ struct Deferred {
     Held h{};
     Device *d = nullptr;  // null: a host payload (the test mode), or a staged send copied at its call
     CUevent ev = nullptr; // after the copy into the pool; null with src: copied at the flush
+    int slot = -1;        // ev is this copy event of pool h.pool (its envelope need not wait for it);
+                          // copied at the call: a reference held here, else the flush's batch's
     MPI_Request inner = MPI_REQUEST_NULL;
     const void *src = nullptr;  // the payload, copied by the flush's copy kernel to dst (bytes)
     void *dst = nullptr;
@@ -483,7 +598,8 @@ static int defer(nm_op_t *o, Deferred x, int *rc)
         if (x.ev || x.ord) {
             DeviceGuard dg(x.d->ctx);
             if (x.ev) cu.cuEventSynchronize(x.ev);
-            ev_put(x.d, x.ev ? x.ev : x.ord);
+            if (x.slot >= 0) slot_unref(x.h.pool, x.slot);
+            else ev_put(x.d, x.ev ? x.ev : x.ord);
         }
         held_free(x.h);
         if (x.tdup != MPI_DATATYPE_NULL) PMPI_Type_free(&x.tdup);
@@ -526,11 +642,18 @@ static bool copied_at_flush(const void *dst, const void *src, size_t n)
 // calls (so after the application's work queued before each call, but not after what it queued
 // since: a kernel launched between an MPI_Isend and the MPI_Waitall overlaps the exchange; it
 // cannot write a send buffer before the send completes), then one event, which each batched
-// entry gets as its ev (copy_regions: without the kernel, driver copies). An entry whose
-// copies could not be issued keeps a null ev. Returns the events to put back once waited for.
-static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferred> &v)
+// entry gets as its ev (copy_regions: without the kernel, driver copies): a copy event of the
+// device's pool when one is free (the batch's envelopes then go without waiting for it). An entry
+// whose copies could not be issued keeps a null ev. Returns the batches, whose events (or slot
+// references) go back at the end of the flush.
+struct Batch {
+    Device *d;
+    CUevent ev;
+    int slot;  // >= 0: ev is this copy event of d's pool, one reference held here
+};
+static std::vector<Batch> copy_batched(std::vector<Deferred> &v)
 {
-    std::vector<std::pair<Device *, CUevent>> out;
+    std::vector<Batch> out;
     for (size_t i = 0; i < v.size(); i++) {
         if (!v[i].src || v[i].ev) continue;
         Device *d = v[i].d;  // this device's batch: every entry from i on with it
@@ -548,15 +671,21 @@ static std::vector<std::pair<Device *, CUevent>> copy_batched(std::vector<Deferr
         CUstream s = CU_STREAM_LEGACY;  // (no point recorded: after everything, as a last resort)
         if (l && all_ord && cu.cuStreamWaitEvent(l->stream, last, 0) == CUDA_SUCCESS) s = l->stream;
         const bool ok = copy_regions(d->ctx, r.data(), r.size(), s) == CUDA_SUCCESS;
-        CUevent ev = ok ? ev_get(d) : nullptr;
+        int slot = ok ? slot_get(d->ordinal) : -1;
+        CUevent ev = !ok ? nullptr : slot >= 0 ? pools[d->ordinal].slot_ev[slot] : ev_get(d);
         if (ev && cu.cuEventRecord(ev, s) != CUDA_SUCCESS) {
-            ev_put(d, ev);
+            if (slot >= 0) slot_unref(d->ordinal, slot);
+            else ev_put(d, ev);
             ev = nullptr;
+            slot = -1;
         }
         if (!ev) cu.cuStreamSynchronize(s);  // (what was issued ends before the blocks are freed)
-        else out.emplace_back(d, ev);
+        else out.push_back({d, ev, slot});
         for (size_t j = i; j < v.size(); j++)
-            if (v[j].src && v[j].d == d && !v[j].ev) v[j].ev = ev;
+            if (v[j].src && v[j].d == d && !v[j].ev) {
+                v[j].ev = ev;
+                v[j].slot = slot;
+            }
         if (!ev)
             for (size_t j = i; j < v.size(); j++)
                 if (v[j].d == d) v[j].src = nullptr;  // (failed: marked by a null ev, nothing to put back)
@@ -585,7 +714,7 @@ void env_flush_sends()
     size_t nstaged = 0;
     // the envelopes of sends copied at their calls go before the batches are issued, those of the
     // batched ones after (in call order all the same)
-    std::vector<std::pair<Device *, CUevent>> batches;
+    std::vector<Batch> batches;
     bool issued = false;
     CUevent waited = nullptr;  // a batch's event, waited for once
     for (Deferred &x : v) {  // (the copies at the calls ran in call order on the legacy stream, a
@@ -598,8 +727,8 @@ void env_flush_sends()
             r = staged_st[nstaged++] == NM_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
         } else if (x.d && !x.ev) {
             r = CUDA_ERROR_UNKNOWN;  // (its batch could not be issued)
-        } else if (x.d && x.ev != waited) {
-            DeviceGuard dg(x.d->ctx);
+        } else if (x.d && (x.slot < 0 || x.stage) && x.ev != waited) {  // (an envelope behind a copy event
+            DeviceGuard dg(x.d->ctx);                                      // goes at once: its pull waits)
             r = cu.cuEventSynchronize(x.ev);
             if (x.src) waited = x.ev;
             else ev_put(x.d, x.ev);  // (a batch's event goes back below)
@@ -619,16 +748,45 @@ void env_flush_sends()
             x.t->sent(MPI_REQUEST_NULL, NM_ERR_CUDA, "the copy of the payload into the send pool failed");
         } else {
             x.o.req = &x.inner;
+            if (x.d && x.slot >= 0) {  // one reference for the envelope (until its release), one for the request
+                x.h.slot = x.slot;
+                slot_ref(x.h.pool, x.slot, 2);
+            }
             const int rc = x.d ? send_held(&x.o, x.h, NM_ENV_IPC, (uint64_t)x.h.off, x.h.len, &pools[x.h.pool].handle)
                                : send_held(&x.o, x.h, NM_ENV_HOST, (uint64_t)(uintptr_t)x.h.payload, x.h.len, nullptr);
+            if (x.h.slot >= 0) {  // the request completes once the copy is done too (its buffer is the caller's again)
+                if (rc == MPI_SUCCESS) x.t->set_copy(x.h.pool, x.h.slot);
+                else slot_unref(x.h.pool, x.h.slot);
+            }
             x.t->sent(x.inner, rc == MPI_SUCCESS ? NM_OK : NM_ERR_MPI, "the real MPI did not take the envelope");
         }
         __atomic_sub_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
     }
-    for (const auto &b : batches) ev_put(b.first, b.second);
-    for (const Deferred &x : v)
+    for (const Batch &b : batches) {
+        if (b.slot >= 0) slot_unref(b.d->ordinal, b.slot);
+        else ev_put(b.d, b.ev);
+    }
+    for (const Deferred &x : v) {
         if (x.ord) ev_put(x.d, x.ord);
+        if (!x.src && x.slot >= 0) slot_unref(x.h.pool, x.slot);  // (a copy at its call)
+    }
 }
+
+nm_status_t env_copy_poll(int pool, int slot)
+{
+    Pool &p = pools[pool];
+    if (p.slot_done[slot].load(std::memory_order_acquire)) return NM_OK;
+    Device *d = device_get(pool);
+    if (!d) return NM_ERR_CUDA;
+    DeviceGuard dg(d->ctx);
+    const CUresult r = cu.cuEventQuery(p.slot_ev[slot]);
+    if (r == CUDA_ERROR_NOT_READY) return NM_INPROGRESS;
+    if (r != CUDA_SUCCESS) return NM_ERR_CUDA;
+    p.slot_done[slot].store(true, std::memory_order_release);  // (the other requests of its batch ask no more)
+    return NM_OK;
+}
+
+void env_copy_drop(int pool, int slot) { slot_unref(pool, slot); }
 
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
 {
@@ -649,31 +807,46 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
         x.bytes = bytes;
         return defer(o, x, rc);
     }
-    CUevent ev = nullptr;
-    bool ok = d && h.wire && (!later || (ev = ev_get(d)));
+    // the copy's event: a copy event of the pool when one is free (the envelope need not wait for
+    // it), else a plain one (a nonblocking send's flush waits for it; a blocking send, at once)
+    const int slot = d && h.wire ? slot_get(dev) : -1;
+    CUevent ev = slot >= 0 ? pools[dev].slot_ev[slot] : nullptr;
+    bool ok = d && h.wire && (ev || !later || (ev = ev_get(d)));
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with
         DeviceGuard dg(d->ctx);
         ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
-             (later ? cu.cuEventRecord(ev, CU_STREAM_LEGACY) : cu.cuStreamSynchronize(CU_STREAM_LEGACY)) == CUDA_SUCCESS;
+             (ev ? cu.cuEventRecord(ev, CU_STREAM_LEGACY) : cu.cuStreamSynchronize(CU_STREAM_LEGACY)) == CUDA_SUCCESS;
     }
     if (!ok) {
         if (ev) {
             DeviceGuard dg(d->ctx);
             cu.cuStreamSynchronize(CU_STREAM_LEGACY);  // (the copy may have started)
-            ev_put(d, ev);
+            if (slot >= 0) slot_unref(dev, slot);
+            else ev_put(d, ev);
         }
         held_free(h);
         if (later) env_flush_sends();
         return 0;
     }
-    if (!later) {
+    if (!later) {  // the envelope goes while the copy runs; the call returns once the buffer is free
+        if (slot >= 0) {
+            h.slot = slot;
+            slot_ref(dev, slot, 1);  // the envelope's
+        }
         *rc = send_held(o, h, NM_ENV_IPC, (uint64_t)off, bytes, &pools[dev].handle);
+        if (slot >= 0) {
+            DeviceGuard dg(d->ctx);
+            if (cu.cuEventSynchronize(ev) != CUDA_SUCCESS && *rc == MPI_SUCCESS)
+                *rc = nm_raise_error(o->fn, NM_ERR_CUDA, "the copy of the payload into the send pool failed", o->comm);
+            slot_unref(dev, slot);
+        }
         return 1;
     }
     Deferred x;
     x.h = h;
     x.d = d;
     x.ev = ev;
+    x.slot = slot;
     return defer(o, x, rc);
 }
 

@@ -42,6 +42,7 @@ struct Envelope {
     int32_t wrank;   // the sender's rank in MPI_COMM_WORLD (where the release goes)
     uint32_t id;     // the sender's name for it
     uint32_t transport;
+    int32_t slot;    // NM_ENV_IPC: the sender's copy event the pull waits for (-1: the copy is done)
     char ipc[64];    // NM_ENV_IPC: the CUDA IPC handle of the sender's device pool
 };
 static_assert(sizeof(Envelope) <= NM_ENV_WIRE, "an envelope fits its wire size");
@@ -87,8 +88,15 @@ struct NodeGpus {
     int world_size, gpus, mps;
 };
 NodeGpus node_gpus();
-// Send the queued envelopes and staged sends, in the order of their calls.
+// Send the queued envelopes and staged sends, in the order of their calls. A device payload's
+// envelope goes as soon as its copy into the pool is queued, naming the pool's copy event recorded
+// after it (the receiver's pull waits for that on the GPU); its request then completes once the
+// copy is done too (Task::set_copy), which env_copy_poll tells.
 void env_flush_sends();
+// Whether copy event `slot` of device `pool`'s envelope pool has passed: NM_OK, NM_INPROGRESS, or
+// NM_ERR_CUDA. env_copy_drop gives back the reference a request held on it.
+nm_status_t env_copy_poll(int pool, int slot);
+void env_copy_drop(int pool, int slot);
 bool env_device();
 
 // A receive with room for fewer bytes than an envelope (not persistent, not of a matched message,
