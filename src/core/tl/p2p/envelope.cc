@@ -88,7 +88,10 @@ bool pool_slots(Pool &p)
         if (cu.cuEventCreate(&p.slot_ev[n], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
             cu.cuIpcGetEventHandle(&h[n], p.slot_ev[n]) != CUDA_SUCCESS)
             break;
-    if (n == NM_ENV_SLOTS && cu.cuMemcpy(p.base, (CUdeviceptr)(uintptr_t)h, sizeof(h)) == CUDA_SUCCESS) {
+    // (a copy from pageable memory may return before it lands: the head is complete before any
+    // envelope names a slot)
+    if (n == NM_ENV_SLOTS && cu.cuMemcpy(p.base, (CUdeviceptr)(uintptr_t)h, sizeof(h)) == CUDA_SUCCESS &&
+        cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS) {
         for (int i = NM_ENV_SLOTS; i-- > 0;) p.slot_free.push_back(i);
         return true;
     }
@@ -230,6 +233,7 @@ CUevent slot_event(const Envelope &e, int own_pool)
     }
     if (!pp->ev[e.slot] && cu.cuIpcOpenEventHandle(&pp->ev[e.slot], pp->head[e.slot]) != CUDA_SUCCESS) {
         pp->ev[e.slot] = nullptr;
+        pp->head_read = false;  // (read again next time)
         return nullptr;
     }
     return pp->ev[e.slot];
@@ -623,18 +627,21 @@ static int defer(nm_op_t *o, Deferred x, int *rc)
     return 1;
 }
 
-// Sends of a burst that copy their payloads at their calls before the others wait for the flush
-// (2xH200: with one, a two-neighbour ring took 0.1x raw NCCL's time more than without batches).
-enum { COPIED_AT_CALL = 2 };
+// Staged sends of a burst that copy to their host shadows at their calls: the flush waits for the
+// copies before the real MPI's sends, and these have begun by then (2xH200: with one, a
+// two-neighbour ring took 0.1x raw NCCL's time more than without batches).
+enum { STAGED_AT_CALL = 2 };
 
 // Whether a queued send's payload (n bytes, src to dst) is copied at the flush, by the copy kernel
-// with the others', rather than at its call: the first COPIED_AT_CALL sends of a burst copy at
-// their calls (their copies overlap what the caller does until the flush: an exchange or a ring,
-// which waits for those copies at once, is as fast as without batches), and so does one the
-// kernel cannot take.
-static bool copied_at_flush(const void *dst, const void *src, size_t n)
+// with the others', rather than at its call: every envelope's that the kernel can take (the
+// envelope leaves at the flush without waiting for the copy, which the receiver's pull waits for
+// on the GPU: copies at the calls only cost the calls their time, 1xH200: a ring and a halo
+// 0.7-0.9x the time with the first two copied at their calls), a staged send's but the first
+// STAGED_AT_CALL of a burst.
+static bool copied_at_flush(const void *dst, const void *src, size_t n, bool staged)
 {
-    return ndeferred.load(std::memory_order_relaxed) >= COPIED_AT_CALL && copyv_batchable(dst, src, n, env_limits().copy_batch);
+    return (!staged || ndeferred.load(std::memory_order_relaxed) >= STAGED_AT_CALL) &&
+           copyv_batchable(dst, src, n, env_limits().copy_batch);
 }
 
 // The payloads of v's batched sends into their pool blocks: per device, copy-kernel launches on
@@ -798,7 +805,7 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     Device *d = device_get(dev);
     Held h{nullptr, (char *)calloc(1, NM_ENV_WIRE + 3), dev, (size_t)off, bytes};
     const bool later = env_send_defers(o);
-    if (later && d && h.wire && copied_at_flush((const void *)(uintptr_t)(pools[dev].base + h.off), src, bytes)) {
+    if (later && d && h.wire && copied_at_flush((const void *)(uintptr_t)(pools[dev].base + h.off), src, bytes, false)) {
         Deferred x;
         x.h = h;
         x.d = d;
@@ -860,7 +867,7 @@ int env_send_staged(nm_op_t *o, Stage *s, int *rc)
     PMPI_Type_get_envelope(o->stype, &ni, &na, &nd, &comb);
     if (comb != MPI_COMBINER_NAMED && PMPI_Type_dup(o->stype, &x.tdup) != MPI_SUCCESS) return 0;
     // (the kernel writes only shadows mapped for the device: stage_copy_target)
-    if (!(stage_copy_target(s, &x.src, &x.dst, &x.bytes, &x.d) && copied_at_flush(x.dst, x.src, x.bytes))) {
+    if (!(stage_copy_target(s, &x.src, &x.dst, &x.bytes, &x.d) && copied_at_flush(x.dst, x.src, x.bytes, true))) {
         x.src = x.dst = nullptr;
         x.d = nullptr;
         if (stage_copy_in(s, true) != NM_OK) {
