@@ -73,8 +73,9 @@ struct Pool {
 std::mutex pool_mu;
 Pool pools[64];
 
-// The copy events of pool p (device d), their handles written into its head. false: none (the
-// device cannot share events, or the driver refused): flushes wait for their copies.
+// The copy events of pool p (made in the current context, its device's), their handles written
+// into its head. false: none (the device cannot share events, or the driver refused): every
+// envelope then waits for its payload's copy.
 bool pool_slots(Pool &p)
 {
     int ok = 0;
