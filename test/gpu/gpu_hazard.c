@@ -2225,6 +2225,42 @@ static void sc_envelope_order(void)
         }
         for (int k = 0; k < 3; k++) gb_free_all(&sb[k], &rb[k], (gbuf_t *)NULL);
     }
+    /* 4e. (device envelopes) a send buffer filled behind work that waits for the host (the legacy
+     *     stream held): MPI_Test sends the envelope at once, without waiting for the payload's copy
+     *     into the pool, which follows the fill, and the send is not complete; the receiver's copy
+     *     waits for the sender's on the GPU and gets the filled data once the sender lets its
+     *     stream go (staged sends wait for their copies to the host at the flush: not run) */
+    const char *envm = getenv("NCCLMPI_P2P_ENVELOPE");
+    if (rank < 2 && !host_mode && envm && !strcmp(envm, "device")) {
+        const int n = 64 << 10;  /* 256 KiB */
+        if (rank == 0) {
+            gbuf_t src = pbuf(0, 80, n), sb = gb_dev((size_t)n * sizeof(int));
+            blocker_t b;
+            pthread_t timer;
+            MPI_Request q = MPI_REQUEST_NULL;
+            int flag = -1;
+            STEP();
+            if (legacy_hold(&b, &timer)) {
+                CUDACHECK(cudaMemcpyAsync(sb.p, src.p, (size_t)n * sizeof(int), cudaMemcpyDeviceToDevice, 0));
+                MPI_Isend(sb.p, n, MPI_INT, 1, TAG + 55, MPI_COMM_WORLD, &q);
+                MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
+                const int test_waited = b.timed_out;
+                usleep(100000);  /* (the receiver meets the envelope meanwhile) */
+                legacy_release(&b, timer);
+                CHECK(!test_waited, "MPI_Test of a device send waited for the work queued before it on the legacy stream "
+                                    "(released after %d s)", b.limit_s);
+                CHECK(!flag, "a device send completed while its buffer's fill, queued before it, had not run");
+            } else {  /* (no stream memory operations) */
+                CUDACHECK(cudaMemcpy(sb.p, src.p, (size_t)n * sizeof(int), cudaMemcpyDeviceToDevice));
+                MPI_Isend(sb.p, n, MPI_INT, 1, TAG + 55, MPI_COMM_WORLD, &q);
+            }
+            int rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+            CHECK(rc == MPI_SUCCESS, "Wait of a send filled behind the held legacy stream returned %d", rc);
+            gb_free_all(&src, &sb, (gbuf_t *)NULL);
+        } else {
+            precv_check(0, 80, n, TAG + 55, "a message whose sender filled its buffer behind the held legacy stream");
+        }
+    }
     /* 4d. small device sends (staged; queued until the flush, their copies to the host waited for
      *     together): derived datatypes freed right after the call, a synchronous-mode send, a host
      *     send and a blocking send after them with the same tag (the non-overtaking order), a

@@ -427,6 +427,7 @@ void tasks_progress()
     std::unique_lock<std::recursive_mutex> g(tasks_mu, std::defer_lock);
     if (nm_thread_multiple && !g.try_lock()) return;  // another thread is progressing
     const uint64_t sweep = sweeps.fetch_add(1, std::memory_order_relaxed) + 1;
+    env_releases_hold(true);  // (the payloads this sweep's receives pulled: one release per sender)
     size_t keep = 0;  // the pending ones stay in issue order
     for (size_t i = 0; i < pending.size(); i++) {
         Task *t = pending[i];
@@ -437,6 +438,7 @@ void tasks_progress()
     if (env_on()) stage_pulls_issue();  // the envelope payloads this sweep pulls, in one launch
     if (!retired.empty()) tasks_reap();
     pers_progress();
+    env_releases_hold(false);
     env_progress();
 }
 

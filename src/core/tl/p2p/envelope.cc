@@ -244,12 +244,13 @@ std::unordered_map<uint32_t, Held> held;  // payloads waiting for their receiver
 uint32_t next_id = 1;
 struct Rel {
     MPI_Request req;
-    uint32_t *id;
+    std::vector<uint32_t> *ids;
 };
 std::vector<Rel> releases;  // release messages in flight
 std::atomic<size_t> inflight{0};  // held + releases, read without the lock (env_progress's test)
 void count_inflight() { inflight.store(held.size() + releases.size(), std::memory_order_relaxed); }  // (under mu)
 unsigned long long sent_count = 0;
+unsigned long long release_msgs = 0;  // release messages sent (under mu)
 
 // Messages a probe took out of the real MPI's matching, per communicator, in the order they
 // arrived from each source (see env_probe): a raw message not received yet (its real handle), an
@@ -317,13 +318,25 @@ void fill_status(MPI_Status *st, const Entry &e)
     PMPI_Status_set_cancelled(st, 0);
 }
 
-void release(int wrank, uint32_t id)
+// One release message: the payloads ids[0..n) of world rank wrank go back to its pool.
+void release_send(int wrank, const uint32_t *ids, size_t n)
 {
-    Rel r{MPI_REQUEST_NULL, new uint32_t(id)};
-    PMPI_Isend(r.id, 1, MPI_UINT32_T, wrank, TAG_RELEASE, rel_comm, &r.req);
+    Rel r{MPI_REQUEST_NULL, new std::vector<uint32_t>(ids, ids + n)};
+    PMPI_Isend(r.ids->data(), (int)n, MPI_UINT32_T, wrank, TAG_RELEASE, rel_comm, &r.req);
     std::lock_guard<std::mutex> g(mu);
     releases.push_back(r);
+    release_msgs++;
     count_inflight();
+}
+
+// env_releases_hold: this thread's releases wait here, to go as one message per sender
+thread_local int rel_depth = 0;
+thread_local std::vector<std::pair<int, uint32_t>> rel_held;  // (world rank, id)
+
+void release(int wrank, uint32_t id)
+{
+    if (rel_depth) rel_held.emplace_back(wrank, id);
+    else release_send(wrank, &id, 1);
 }
 
 // Pull n bytes of e's payload into dst (host or device memory). false when it cannot (another
@@ -1065,6 +1078,25 @@ void env_release(const EnvRelease &r)
     if (r.id) release(r.wrank, r.id);
 }
 
+void env_releases_hold(bool on)
+{
+    if (on) {
+        rel_depth++;
+        return;
+    }
+    if (--rel_depth > 0 || rel_held.empty()) return;
+    std::stable_sort(rel_held.begin(), rel_held.end(),
+                     [](const std::pair<int, uint32_t> &a, const std::pair<int, uint32_t> &b) { return a.first < b.first; });
+    std::vector<uint32_t> ids;
+    for (size_t i = 0; i < rel_held.size();) {
+        const int wrank = rel_held[i].first;
+        ids.clear();
+        for (; i < rel_held.size() && rel_held[i].first == wrank; i++) ids.push_back(rel_held[i].second);
+        release_send(wrank, ids.data(), ids.size());
+    }
+    rel_held.clear();
+}
+
 void env_progress()
 {
     if (!nm_env_active || !inflight.load(std::memory_order_relaxed)) return;
@@ -1074,7 +1106,7 @@ void env_progress()
         int flag = 0;
         PMPI_Test(&releases[i].req, &flag, MPI_STATUS_IGNORE);
         if (flag) {
-            delete releases[i].id;
+            delete releases[i].ids;
             releases[i] = releases.back();
             releases.pop_back();
         } else {
@@ -1087,12 +1119,18 @@ void env_progress()
         MPI_Status st;
         PMPI_Iprobe(MPI_ANY_SOURCE, TAG_RELEASE, rel_comm, &flag, &st);
         if (!flag) break;
-        uint32_t id = 0;
-        PMPI_Recv(&id, 1, MPI_UINT32_T, st.MPI_SOURCE, TAG_RELEASE, rel_comm, MPI_STATUS_IGNORE);
-        auto it = held.find(id);
-        if (it == held.end()) continue;
-        held_free(it->second);
-        held.erase(it);
+        int n = 0;  // (one message: the payloads a receiver's progress sweep released)
+        PMPI_Get_count(&st, MPI_UINT32_T, &n);
+        uint32_t few[16];
+        std::vector<uint32_t> many(n > 16 ? (size_t)n : 0);
+        uint32_t *ids = n > 16 ? many.data() : few;
+        PMPI_Recv(ids, n, MPI_UINT32_T, st.MPI_SOURCE, TAG_RELEASE, rel_comm, MPI_STATUS_IGNORE);
+        for (int k = 0; k < n; k++) {
+            auto it = held.find(ids[k]);
+            if (it == held.end()) continue;
+            held_free(it->second);
+            held.erase(it);
+        }
     }
     count_inflight();
 }
@@ -1100,7 +1138,7 @@ void env_progress()
 void env_drain()
 {
     if (!nm_env_active) return;
-    NM_INFO(CALL, "%llu point-to-point message(s) went as envelopes", sent_count);
+    NM_INFO(CALL, "%llu point-to-point message(s) went as envelopes; %llu release message(s) sent", sent_count, release_msgs);
     const double t0 = nm_now_s();
     for (;;) {
         env_progress();

@@ -137,6 +137,10 @@ struct EnvRelease {
 int env_finish_bytes(void *at, size_t cap, MPI_Status *st, void *dev_at, bool *direct, CUstream stream = nullptr,
                      EnvRelease *later = nullptr);
 void env_release(const EnvRelease &r);
+// Releases this thread makes between env_releases_hold(true) and the matching (false) (one
+// progress sweep over the pending requests) wait, and then go as one message per sender instead
+// of one per payload. Nests.
+void env_releases_hold(bool on);
 
 // A receive that a message taken out of matching by a probe satisfies (the probe queue, or a
 // message handle ncclmpi made for MPI_Mprobe): delivered now, 1 with *rc (a nonblocking call gets
