@@ -329,14 +329,20 @@ void release_send(int wrank, const uint32_t *ids, size_t n)
     count_inflight();
 }
 
-// env_releases_hold: this thread's releases wait here, to go as one message per sender
-thread_local int rel_depth = 0;
+// env_releases_hold: this thread's releases wait here, to go as one message per sender (the
+// counts initial-exec: every progress sweep reads them without a TLS lookup call)
+thread_local int rel_depth __attribute__((tls_model("initial-exec"))) = 0;
+thread_local int rel_nheld __attribute__((tls_model("initial-exec"))) = 0;
 thread_local std::vector<std::pair<int, uint32_t>> rel_held;  // (world rank, id)
 
 void release(int wrank, uint32_t id)
 {
-    if (rel_depth) rel_held.emplace_back(wrank, id);
-    else release_send(wrank, &id, 1);
+    if (rel_depth) {
+        rel_held.emplace_back(wrank, id);
+        rel_nheld++;
+    } else {
+        release_send(wrank, &id, 1);
+    }
 }
 
 // Pull n bytes of e's payload into dst (host or device memory). false when it cannot (another
@@ -1084,7 +1090,7 @@ void env_releases_hold(bool on)
         rel_depth++;
         return;
     }
-    if (--rel_depth > 0 || rel_held.empty()) return;
+    if (--rel_depth > 0 || !rel_nheld) return;
     std::stable_sort(rel_held.begin(), rel_held.end(),
                      [](const std::pair<int, uint32_t> &a, const std::pair<int, uint32_t> &b) { return a.first < b.first; });
     std::vector<uint32_t> ids;
@@ -1095,6 +1101,7 @@ void env_releases_hold(bool on)
         release_send(wrank, ids.data(), ids.size());
     }
     rel_held.clear();
+    rel_nheld = 0;
 }
 
 void env_progress()
