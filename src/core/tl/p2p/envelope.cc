@@ -656,7 +656,7 @@ enum { STAGED_AT_CALL = 2 };
 // with the others', rather than at its call: every envelope's that the kernel can take (the
 // envelope leaves at the flush without waiting for the copy, which the receiver's pull waits for
 // on the GPU: copies at the calls only cost the calls their time, 1xH200: a ring and a halo
-// 0.7-0.9x the time with the first two copied at their calls), a staged send's but the first
+// 0.66-0.97x the time of the first two copied at their calls), a staged send's but the first
 // STAGED_AT_CALL of a burst.
 static bool copied_at_flush(const void *dst, const void *src, size_t n, bool staged)
 {
