@@ -321,7 +321,7 @@ bool Task::poll(uint64_t sweep)
     auto stage_rc = [](nm_status_t st) { return st == NM_OK ? MPI_SUCCESS : nm_error_class(st); };
     if (deferred_.load(std::memory_order_acquire)) return false;  // not sent yet (the next flush sends it)
     if (copy_slot_ >= 0) {  // its payload's copy into the envelope pool, which may still read the buffer
-        const nm_status_t st = env_copy_poll(copy_pool_, copy_slot_);
+        const nm_status_t st = env_copy_poll(copy_pool_, copy_slot_, sweep);
         if (st == NM_INPROGRESS) return false;
         env_copy_drop(copy_pool_, copy_slot_);
         copy_slot_ = -1;

@@ -68,6 +68,7 @@ struct Pool {
     CUevent slot_ev[NM_ENV_SLOTS] = {};  // interprocess events (none: every flush waits for its copies)
     int slot_refs[NM_ENV_SLOTS] = {};
     std::atomic<bool> slot_done[NM_ENV_SLOTS] = {};  // the copy it was recorded after is done
+    std::atomic<uint64_t> slot_notready[NM_ENV_SLOTS] = {};  // the progress sweep that last found it not done
     std::vector<int> slot_free;
 };
 std::mutex pool_mu;
@@ -172,6 +173,7 @@ int slot_get(int dev)
     p.slot_free.pop_back();
     p.slot_refs[s] = 1;
     p.slot_done[s].store(false, std::memory_order_relaxed);
+    p.slot_notready[s].store(0, std::memory_order_relaxed);
     return s;
 }
 
@@ -187,6 +189,26 @@ void slot_unref(int dev, int s)
     std::lock_guard<std::mutex> g(pool_mu);
     Pool &p = pools[dev];
     if (--p.slot_refs[s] == 0) p.slot_free.push_back(s);
+}
+
+// The event to record after a payload's copy on device d: a copy event of d's pool (slot >= 0, one
+// reference held) when one is free, else, with `plain`, one of the device's plain events (the
+// envelope then waits for the copy on the host), else none.
+struct CopyMark {
+    CUevent ev = nullptr;
+    int slot = -1;
+};
+CopyMark mark_get(Device *d, bool plain)
+{
+    CopyMark m;
+    if ((m.slot = slot_get(d->ordinal)) >= 0) m.ev = pools[d->ordinal].slot_ev[m.slot];
+    else if (plain) m.ev = ev_get(d);
+    return m;
+}
+void mark_put(Device *d, const CopyMark &m)
+{
+    if (m.slot >= 0) slot_unref(d->ordinal, m.slot);
+    else if (m.ev) ev_put(d, m.ev);
 }
 
 // Peers' pools mapped into this process (by process and handle), with their copy events opened
@@ -622,8 +644,7 @@ static int defer(nm_op_t *o, Deferred x, int *rc)
         if (x.ev || x.ord) {
             DeviceGuard dg(x.d->ctx);
             if (x.ev) cu.cuEventSynchronize(x.ev);
-            if (x.slot >= 0) slot_unref(x.h.pool, x.slot);
-            else ev_put(x.d, x.ev ? x.ev : x.ord);
+            mark_put(x.d, CopyMark{x.ev ? x.ev : x.ord, x.slot});
         }
         held_free(x.h);
         if (x.tdup != MPI_DATATYPE_NULL) PMPI_Type_free(&x.tdup);
@@ -675,8 +696,7 @@ static bool copied_at_flush(const void *dst, const void *src, size_t n, bool sta
 // references) go back at the end of the flush.
 struct Batch {
     Device *d;
-    CUevent ev;
-    int slot;  // >= 0: ev is this copy event of d's pool, one reference held here
+    CopyMark m;  // its event (a copy event's reference held here)
 };
 static std::vector<Batch> copy_batched(std::vector<Deferred> &v)
 {
@@ -698,22 +718,19 @@ static std::vector<Batch> copy_batched(std::vector<Deferred> &v)
         CUstream s = CU_STREAM_LEGACY;  // (no point recorded: after everything, as a last resort)
         if (l && all_ord && cu.cuStreamWaitEvent(l->stream, last, 0) == CUDA_SUCCESS) s = l->stream;
         const bool ok = copy_regions(d->ctx, r.data(), r.size(), s) == CUDA_SUCCESS;
-        int slot = ok ? slot_get(d->ordinal) : -1;
-        CUevent ev = !ok ? nullptr : slot >= 0 ? pools[d->ordinal].slot_ev[slot] : ev_get(d);
-        if (ev && cu.cuEventRecord(ev, s) != CUDA_SUCCESS) {
-            if (slot >= 0) slot_unref(d->ordinal, slot);
-            else ev_put(d, ev);
-            ev = nullptr;
-            slot = -1;
+        CopyMark m = ok ? mark_get(d, true) : CopyMark();
+        if (m.ev && cu.cuEventRecord(m.ev, s) != CUDA_SUCCESS) {
+            mark_put(d, m);
+            m = CopyMark();
         }
-        if (!ev) cu.cuStreamSynchronize(s);  // (what was issued ends before the blocks are freed)
-        else out.push_back({d, ev, slot});
+        if (!m.ev) cu.cuStreamSynchronize(s);  // (what was issued ends before the blocks are freed)
+        else out.push_back({d, m});
         for (size_t j = i; j < v.size(); j++)
             if (v[j].src && v[j].d == d && !v[j].ev) {
-                v[j].ev = ev;
-                v[j].slot = slot;
+                v[j].ev = m.ev;
+                v[j].slot = m.slot;
             }
-        if (!ev)
+        if (!m.ev)
             for (size_t j = i; j < v.size(); j++)
                 if (v[j].d == d) v[j].src = nullptr;  // (failed: marked by a null ev, nothing to put back)
     }
@@ -789,25 +806,27 @@ void env_flush_sends()
         }
         __atomic_sub_fetch(&nm_hot.queued, 1, __ATOMIC_RELAXED);
     }
-    for (const Batch &b : batches) {
-        if (b.slot >= 0) slot_unref(b.d->ordinal, b.slot);
-        else ev_put(b.d, b.ev);
-    }
+    for (const Batch &b : batches) mark_put(b.d, b.m);
     for (const Deferred &x : v) {
         if (x.ord) ev_put(x.d, x.ord);
         if (!x.src && x.slot >= 0) slot_unref(x.h.pool, x.slot);  // (a copy at its call)
     }
 }
 
-nm_status_t env_copy_poll(int pool, int slot)
+nm_status_t env_copy_poll(int pool, int slot, uint64_t sweep)
 {
     Pool &p = pools[pool];
     if (p.slot_done[slot].load(std::memory_order_acquire)) return NM_OK;
+    // (the sends of one batch share its event: asked once per sweep, as op_poll asks a launch's)
+    if (sweep && p.slot_notready[slot].load(std::memory_order_relaxed) == sweep) return NM_INPROGRESS;
     Device *d = device_get(pool);
     if (!d) return NM_ERR_CUDA;
     DeviceGuard dg(d->ctx);
     const CUresult r = cu.cuEventQuery(p.slot_ev[slot]);
-    if (r == CUDA_ERROR_NOT_READY) return NM_INPROGRESS;
+    if (r == CUDA_ERROR_NOT_READY) {
+        if (sweep) p.slot_notready[slot].store(sweep, std::memory_order_relaxed);
+        return NM_INPROGRESS;
+    }
     if (r != CUDA_SUCCESS) return NM_ERR_CUDA;
     p.slot_done[slot].store(true, std::memory_order_release);  // (the other requests of its batch ask no more)
     return NM_OK;
@@ -836,9 +855,10 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
     }
     // the copy's event: a copy event of the pool when one is free (the envelope need not wait for
     // it), else a plain one (a nonblocking send's flush waits for it; a blocking send, at once)
-    const int slot = d && h.wire ? slot_get(dev) : -1;
-    CUevent ev = slot >= 0 ? pools[dev].slot_ev[slot] : nullptr;
-    bool ok = d && h.wire && (ev || !later || (ev = ev_get(d)));
+    const CopyMark m = d && h.wire ? mark_get(d, later) : CopyMark();
+    const int slot = m.slot;
+    CUevent ev = m.ev;
+    bool ok = d && h.wire && (ev || !later);
     if (ok) {  // after the application's work on the legacy stream, which it synchronises with
         DeviceGuard dg(d->ctx);
         ok = cu.cuMemcpyAsync(pools[dev].base + (size_t)off, (CUdeviceptr)(uintptr_t)src, bytes, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
@@ -848,8 +868,7 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
         if (ev) {
             DeviceGuard dg(d->ctx);
             cu.cuStreamSynchronize(CU_STREAM_LEGACY);  // (the copy may have started)
-            if (slot >= 0) slot_unref(dev, slot);
-            else ev_put(d, ev);
+            mark_put(d, m);
         }
         held_free(h);
         if (later) env_flush_sends();

@@ -94,8 +94,9 @@ NodeGpus node_gpus();
 // copy is done too (Task::set_copy), which env_copy_poll tells.
 void env_flush_sends();
 // Whether copy event `slot` of device `pool`'s envelope pool has passed: NM_OK, NM_INPROGRESS, or
-// NM_ERR_CUDA. env_copy_drop gives back the reference a request held on it.
-nm_status_t env_copy_poll(int pool, int slot);
+// NM_ERR_CUDA (sweep: tasks_progress's; an event found not done is not asked again in the same
+// sweep). env_copy_drop gives back the reference a request held on it.
+nm_status_t env_copy_poll(int pool, int slot, uint64_t sweep);
 void env_copy_drop(int pool, int slot);
 bool env_device();
 
