@@ -23,9 +23,12 @@ typedef enum {
     NCCLMPI_ROUTE_COUNT = 4,  /* the routes ncclmpi_stats_t.route holds (its layout is fixed) */
     NCCLMPI_ROUTE_ONESHOT = 4, /* one kernel per rank over NVLink (small device reductions); read
                                   with ncclmpi_get_route_calls */
-    NCCLMPI_ROUTE_IPC = 5      /* through CUDA IPC: one-sided calls on a window in device memory,
+    NCCLMPI_ROUTE_IPC = 5,     /* through CUDA IPC: one-sided calls on a window in device memory,
                                   and collectives of ranks that share a GPU; read with
                                   ncclmpi_get_route_calls */
+    NCCLMPI_ROUTE_FUSED = 6    /* not a route of its own: calls on the NCCL route that shared one
+                                  NCCL call with others of their group (NCCLMPI_FUSE), counted
+                                  at their launch; read with ncclmpi_get_route_calls */
 } ncclmpi_route_t;
 
 typedef struct ncclmpi_stats {
@@ -43,7 +46,7 @@ const char *ncclmpi_version(void);
 int ncclmpi_get_stats(const char *mpi_function, ncclmpi_stats_t *stats);
 
 /* Calls of one intercepted function (named without prefix) that took `route`, any route including
- * NCCLMPI_ROUTE_ONESHOT and NCCLMPI_ROUTE_IPC. Returns 0, or -1 for an unknown name or route. */
+ * NCCLMPI_ROUTE_ONESHOT, NCCLMPI_ROUTE_IPC and NCCLMPI_ROUTE_FUSED. Returns 0, or -1 for an unknown name or route. */
 int ncclmpi_get_route_calls(const char *mpi_function, int route, unsigned long long *calls);
 
 /* Print this process's per-function route table to stderr, in one write (what NCCLMPI_STATS=rank

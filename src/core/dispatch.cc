@@ -133,14 +133,15 @@ static void check_settings_agree()
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
              "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu "
-             "SHARED_GPU=%d/%zu/%d/%zu",
+             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld",
              nm_cfg.DISABLE,
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
              (int)nm_cfg.STATS,  // STATS: the summary at MPI_Finalize is a reduction
              nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
              (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg.SHARED_GPU, (size_t)nm_cfg.SHARED_MIN,
-             nm_cfg_from_env("SHARED_MIN"), (size_t)nm_cfg.SHARED_SLOT);
+             nm_cfg_from_env("SHARED_MIN"), (size_t)nm_cfg.SHARED_SLOT, nm_cfg.FUSE, (size_t)nm_cfg.FUSE_MAX,
+             nm_cfg.FUSE_MIN);
     long long mine[2], all[2] = {0, 0};
     nm_same_put(mine, nm_hash_str(text));
     world_max(mine, all, 2, "ncclmpi's settings check");

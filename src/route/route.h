@@ -148,6 +148,38 @@ typedef struct {
 enum { NM_P2P_SHARED_MIN_PER_RANK = 512 * 1024 };
 nm_p2p_limits_t nm_p2p_limits(int ranks, int gpus, int mps, size_t min_cfg, int min_set, size_t batch_cfg, int batch_set);
 
+/* ---- small allreduces of one NCCL group, fused ----
+ * Within one launched group (its operations and their order are the same on every rank: the
+ * coalescing rounds and explicit groups agree on them), small allreduces of one NCCL type and op
+ * are packed into one device buffer, reduced by one ncclAllReduce and unpacked: one NCCL
+ * collective instead of many. The ranks reduce their buffers element by element, so every rank
+ * must pack the same operations at the same offsets: the plan reads only what every rank shares,
+ * each operation's kind, NCCL type and op (the type signature's basic type, the MPI op), its
+ * NCCL element count (count x signature), the communicator's size and the settings (compared at
+ * MPI_Init). Never a buffer's address, memory kind or layout: those differ by rank and change
+ * only how a rank copies its operation in and out.
+ * Modes: EXACT fuses only where the result cannot differ from separate calls whatever order NCCL
+ * reduces in (integer types, whose sums and products wrap alike in any order; any type on
+ * communicators of one or two ranks, where each element is one combination of two values); ALL
+ * fuses floating-point sums and products on more ranks too (the same reduction, possibly in
+ * another order than a lone call of that size would take). */
+enum { NM_FUSE_OFF = 0, NM_FUSE_EXACT = 1, NM_FUSE_ALL = 2 };
+enum { NM_FUSE_BUCKET_MAX = 32 << 20 }; /* the most bytes one fused call reduces */
+typedef struct {
+    int kind;      /* NM_OPK_* */
+    int nccl_type; /* NM_UNSUPPORTED when not reduced by NCCL */
+    int nccl_op;
+    size_t count;  /* NCCL elements */
+} nm_fuse_op_t;
+/* The plan of a group of n operations: bucket[i] is the fused call of operation i (0, 1, ..., in
+ * the order of their first operations) or -1 (it runs as its own NCCL call); offset[i] its first
+ * element in that call's buffer (each operation starts on a 16-byte boundary); total[b] the
+ * elements of call b (total has room for n). A call takes operations of one type and op, none
+ * larger than max_bytes, at most NM_FUSE_BUCKET_MAX bytes in all; a type and op with fewer than
+ * min_ops such operations in the group are not fused. Returns the number of calls. */
+int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t max_bytes, int min_ops, int *bucket,
+                 size_t *offset, size_t *total);
+
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */
 int nm_map_dtype(MPI_Datatype dt);

@@ -71,10 +71,12 @@ __attribute__((visibility("default"))) int ncclmpi_get_route_calls(const char *m
 /* Columns of a table row: calls, fortran calls, then the routes. */
 enum { C_CALLS, C_FORTRAN, C_HOST, C_NCCL, C_ONESHOT, C_IPC, C_STAGED, C_ERROR, NCOLS };
 static const char *const col_names[NCOLS] = {"calls", "fortran", "host", "nccl", "oneshot", "ipc", "staged", "error"};
-/* row NM_FN_COUNT: all functions; the last row (ROW_SIDES) is not a function's: in its first two
- * columns the device sides made and taken over (printed as a line of its own) */
-#define NROWS (NM_FN_COUNT + 2)
+/* row NM_FN_COUNT: all functions; the last two rows are not functions', each printed as a line of
+ * its own from its first two columns: ROW_SIDES the device sides made and taken over, ROW_FUSED
+ * the operations fused and the NCCL calls they shared */
+#define NROWS (NM_FN_COUNT + 3)
 #define ROW_SIDES (NM_FN_COUNT + 1)
+#define ROW_FUSED (NM_FN_COUNT + 2)
 
 static void local_counts(unsigned long long v[NROWS][NCOLS])
 {
@@ -94,6 +96,8 @@ static void local_counts(unsigned long long v[NROWS][NCOLS])
     }
     v[ROW_SIDES][0] = __atomic_load_n(&nm_stats.sides_made, __ATOMIC_RELAXED);
     v[ROW_SIDES][1] = __atomic_load_n(&nm_stats.sides_reused, __ATOMIC_RELAXED);
+    for (int i = 0; i < NM_FN_COUNT; i++) v[ROW_FUSED][0] += __atomic_load_n(&nm_stats.route[i][NCCLMPI_ROUTE_FUSED], __ATOMIC_RELAXED);
+    v[ROW_FUSED][1] = __atomic_load_n(&nm_stats.fused_calls, __ATOMIC_RELAXED);
 }
 
 /* the sides line, where there were any: made, taken over (and each as one rank's [min-max]) */
@@ -101,6 +105,12 @@ static void write_sides(FILE *m, const char *prefix, const char *made, const cha
 {
     fprintf(m, "%sdevice communicators (NCCL, or shared-GPU windows): %s made, %s taken over from freed ones "
             "(NCCLMPI_COMM_CACHE)\n", prefix, made, reused);
+}
+
+/* the fused line, where any were: operations, the NCCL calls they shared */
+static void write_fused(FILE *m, const char *prefix, const char *ops, const char *calls)
+{
+    fprintf(m, "%sallreduces fused: %s operations in %s NCCL calls (NCCLMPI_FUSE)\n", prefix, ops, calls);
 }
 
 static const char *row_name(int i) { return i < NM_FN_COUNT ? nm_fn_names[i] : "(all functions)"; }
@@ -161,6 +171,12 @@ static void write_rank_table(FILE *f, const char *prefix, const unsigned long lo
         snprintf(reused, sizeof(reused), "%llu", v[ROW_SIDES][1]);
         write_sides(m, prefix, made, reused);
     }
+    if (v[ROW_FUSED][0]) {
+        char ops[24], calls[24];
+        snprintf(ops, sizeof(ops), "%llu", v[ROW_FUSED][0]);
+        snprintf(calls, sizeof(calls), "%llu", v[ROW_FUSED][1]);
+        write_fused(m, prefix, ops, calls);
+    }
     whole_close(&w);
 }
 
@@ -204,7 +220,7 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
         for (int c = 0; c < NCOLS; c++) {
             if (mn[i][c] == mx[i][c]) snprintf(cell[i][c], sizeof(cell[i][c]), "%llu", sum[i][c]);
             else snprintf(cell[i][c], sizeof(cell[i][c]), "%llu [%llu-%llu]", sum[i][c], mn[i][c], mx[i][c]);
-            if (i == ROW_SIDES || !row_used(sum[i])) continue;
+            if (i >= ROW_SIDES || !row_used(sum[i])) continue;
             int w = (int)strlen(cell[i][c]);
             if (w > width[c]) width[c] = w;
         }
@@ -222,6 +238,7 @@ static void write_summary(FILE *f, int size, const unsigned long long sum[NROWS]
         fputc('\n', m);
     }
     if (sum[ROW_SIDES][0] || sum[ROW_SIDES][1]) write_sides(m, "[ncclmpi] ", cell[ROW_SIDES][0], cell[ROW_SIDES][1]);
+    if (sum[ROW_FUSED][0]) write_fused(m, "[ncclmpi] ", cell[ROW_FUSED][0], cell[ROW_FUSED][1]);
     whole_close(&w);
 }
 

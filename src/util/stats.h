@@ -8,8 +8,8 @@
 extern "C" {
 #endif
 
-/* every route, the one-shot route (outside ncclmpi_stats_t's fixed array) included */
-#define NM_ROUTES (NCCLMPI_ROUTE_IPC + 1)
+/* every route, the one-shot route (outside ncclmpi_stats_t's fixed array) and the fused count included */
+#define NM_ROUTES (NCCLMPI_ROUTE_FUSED + 1)
 
 typedef struct nm_stats {
     uint64_t calls[NM_FN_COUNT];
@@ -18,6 +18,7 @@ typedef struct nm_stats {
     uint64_t route[NM_FN_COUNT][NM_ROUTES]; /* slow-path decisions (host counted too) */
     uint64_t sides_made, sides_reused; /* communicators' device sides (NCCL communicators and
                                         * shared-GPU windows): made, taken over from a freed one */
+    uint64_t fused_calls;              /* NCCL calls that fused operations shared (NCCLMPI_FUSE) */
 } nm_stats_t;
 
 extern nm_stats_t nm_stats;

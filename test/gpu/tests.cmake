@@ -19,6 +19,18 @@ set_tests_properties(gpu_oneshot_np2_threads PROPERTIES LABELS "gpu" TIMEOUT 300
 add_test(gpu_oneshot_np2_off ${GRUN} 2 "${B}/test/gpu/gpu_oneshot" --quick)
 set_tests_properties(gpu_oneshot_np2_off PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_ONESHOT=0")
+# small nonblocking allreduces of a group sharing NCCL calls: the default (exact), every type
+# (all), and off
+foreach(np 1 2 3 4)
+  add_test(gpu_fuse_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_fuse")
+  set_tests_properties(gpu_fuse_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
+add_test(gpu_fuse_np3_all ${GRUN} 3 "${B}/test/gpu/gpu_fuse" 6)
+set_tests_properties(gpu_fuse_np3_all PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_FUSE=all")
+add_test(gpu_fuse_np2_off ${GRUN} 2 "${B}/test/gpu/gpu_fuse" 4)
+set_tests_properties(gpu_fuse_np2_off PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_FUSE=off")
 # device buffers in the calls ncclmpi does not run on device memory: MPI_ERR_BUFFER; flush points
 add_test(gpu_reject_np2 ${GRUN} 2 "${B}/test/gpu/gpu_reject")
 set_tests_properties(gpu_reject_np2 PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -2,7 +2,8 @@
  * NCCL (one rank; test/unit/mt_engine.sh). THREADS threads, each on its own duplicate of
  * MPI_COMM_WORLD, run device-buffer collectives at once for ITERS iterations: a burst of
  * nonblocking MPI_Iallreduce + MPI_Waitall (automatic coalescing), a blocking MPI_Allreduce in
- * place, an explicit ncclmpi_group_begin/end of MPI_Iallreduce, an MPI_Bcast, a host-buffer
+ * place, an explicit ncclmpi_group_begin/end of MPI_Iallreduce (sharing one NCCL call: NCCLMPI_FUSE,
+ * several threads fusing at once), an MPI_Bcast, a host-buffer
  * MPI_Allreduce, and now and then a communicator duplicated, used on device buffers (its NCCL
  * communicator made then) and freed. Outputs are poisoned before each call and checked after it
  * (one rank: a sum is the input). The engine's pools, queues and locks are shared by the threads;
@@ -19,7 +20,7 @@
 
 #include "stand_in.h"
 
-enum { THREADS = 4, ITERS = 200, BURST = 8, GROUP = 4, N = 256, BUFS_PER_THREAD = 2 * BURST + 1 };
+enum { THREADS = 4, ITERS = 200, BURST = 8, GROUP = 8, N = 256, BUFS_PER_THREAD = 2 * BURST + 1 };
 
 static MPI_Comm comms[THREADS];
 static CUdeviceptr bufs[THREADS * BUFS_PER_THREAD];
@@ -147,9 +148,10 @@ int main(int argc, char **argv)
     for (int t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, run, (void *)(long)t);
     for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
     for (int t = 0; t < THREADS; t++) MPI_Comm_free(&comms[t]);
-    unsigned long long nccl = 0, staged = 0;
+    unsigned long long nccl = 0, staged = 0, fused = 0;
     route("Iallreduce", NCCLMPI_ROUTE_NCCL, &nccl);
     route("Iallreduce", NCCLMPI_ROUTE_STAGED, &staged);
+    route("Iallreduce", NCCLMPI_ROUTE_FUSED, &fused);
     /* the device MPI_Iallreduce ran on the NCCL route (a stand-in NCCL communicator of one rank),
      * but for those issued on a communicator before its NCCL communicator existed (staged: a
      * nonblocking call never creates one); the counters may lose an increment when threads race
@@ -157,9 +159,13 @@ int main(int argc, char **argv)
     const unsigned long long all = (unsigned long long)THREADS * (ITERS * (BURST + GROUP) + (ITERS + 21) / 25);
     if (nccl + staged > all || nccl < all * 9 / 10)
         fail("%llu MPI_Iallreduce on the NCCL route and %llu staged, of %llu", nccl, staged, all);
+    /* the explicit groups' operations (GROUP of one type and op: NCCLMPI_FUSE_MIN) shared calls,
+     * the threads' at once (bursts do not coalesce under MPI_THREAD_MULTIPLE) */
+    if (fused < (unsigned long long)THREADS * ITERS * GROUP * 9 / 10 || fused > nccl)
+        fail("%llu MPI_Iallreduce fused, of %llu in explicit groups", fused, (unsigned long long)THREADS * ITERS * GROUP);
     MPI_Finalize();
     if (failures) return 1;
-    printf("mt_engine_prog: ok (%d threads x %d iterations, MPI_Iallreduce: %llu on the NCCL route, %llu staged)\n", THREADS,
-           ITERS, nccl, staged);
+    printf("mt_engine_prog: ok (%d threads x %d iterations, MPI_Iallreduce: %llu on the NCCL route, %llu staged, %llu fused)\n",
+           THREADS, ITERS, nccl, staged, fused);
     return 0;
 }

@@ -447,6 +447,67 @@ static void test_p2p_limits(void)
     CHECK(nm_p2p_limits(2, 1, 1, 8 * K, 0, 4 * M, 0).copy_batch == 4 * M);
 }
 
+/* The fusion plan (route.h, "fused"): which allreduces of a group share an NCCL call, at which
+ * offsets. Its inputs are only what every rank shares, so equal inputs must give equal plans; the
+ * cases check the rule itself. */
+enum { FN = 600 };
+static nm_fuse_op_t fops[FN];
+static int fb[FN];
+static size_t foff[FN], ftot[FN];
+static void fset(int i, int kind, int type, int op, size_t count)
+{
+    fops[i].kind = kind;
+    fops[i].nccl_type = type;
+    fops[i].nccl_op = op;
+    fops[i].count = count;
+}
+
+static void test_fuse_plan(void)
+{
+    /* ten int32 sums of 1024 elements at 4 ranks: one call, back to back */
+    for (int i = 0; i < 10; i++) fset(i, NM_OPK_ALLREDUCE, ncclInt32, ncclSum, 1024);
+    CHECK(nm_fuse_plan(fops, 10, 4, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1);
+    for (int i = 0; i < 10; i++) CHECK(fb[i] == 0 && foff[i] == (size_t)i * 1024);
+    CHECK(ftot[0] == 10240);
+    CHECK(nm_fuse_plan(fops, 10, 4, NM_FUSE_OFF, 64 << 10, 8, fb, foff, ftot) == 0 && fb[3] == -1);
+    /* fewer than min_ops of the pair: none */
+    CHECK(nm_fuse_plan(fops, 7, 4, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
+    for (int i = 0; i < 7; i++) CHECK(fb[i] == -1);
+    /* float sums: exact at 1 and 2 ranks only, every size with ALL */
+    for (int i = 0; i < 10; i++) fset(i, NM_OPK_ALLREDUCE, ncclFloat32, ncclSum, 1000);
+    CHECK(nm_fuse_plan(fops, 10, 4, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
+    CHECK(nm_fuse_plan(fops, 10, 3, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
+    CHECK(nm_fuse_plan(fops, 10, 2, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1);
+    CHECK(nm_fuse_plan(fops, 10, 1, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1);
+    CHECK(nm_fuse_plan(fops, 10, 8, NM_FUSE_ALL, 64 << 10, 8, fb, foff, ftot) == 1 && ftot[0] == 10000);
+    /* 16-byte slots: 3 int32 take 4, 1 double takes 2, 5 int8 take 16 */
+    for (int i = 0; i < 8; i++) fset(i, NM_OPK_ALLREDUCE, ncclInt32, ncclMax, 3);
+    CHECK(nm_fuse_plan(fops, 8, 5, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1 && foff[7] == 28 && ftot[0] == 32);
+    for (int i = 0; i < 8; i++) fset(i, NM_OPK_ALLREDUCE, ncclFloat64, ncclMin, 1);
+    CHECK(nm_fuse_plan(fops, 8, 2, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1 && foff[1] == 2 && ftot[0] == 16);
+    for (int i = 0; i < 8; i++) fset(i, NM_OPK_ALLREDUCE, ncclUint8, ncclSum, 5);
+    CHECK(nm_fuse_plan(fops, 8, 6, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1 && foff[1] == 16 && ftot[0] == 128);
+    /* two pairs interleaved, numbered by their first operations; operations that cannot take part
+     * keep their places and run alone */
+    for (int i = 0; i < 20; i++) fset(i, NM_OPK_ALLREDUCE, i % 2 ? ncclInt32 : ncclInt64, ncclSum, 100);
+    fset(4, NM_OPK_BCAST, ncclInt64, ncclSum, 100);            /* not an allreduce */
+    fset(6, NM_OPK_ALLREDUCE, ncclInt64, ncclSum, 0);          /* empty */
+    fset(8, NM_OPK_ALLREDUCE, ncclInt64, ncclSum, 64 << 10);   /* larger than max_bytes */
+    fset(10, NM_OPK_ALLREDUCE, NM_UNSUPPORTED, ncclSum, 100);  /* not NCCL's type */
+    fset(12, NM_OPK_ALLREDUCE, ncclInt64, NM_UNSUPPORTED, 100);
+    fset(14, -1, ncclInt64, ncclSum, 100);                     /* a one-shot kernel */
+    CHECK(nm_fuse_plan(fops, 20, 4, NM_FUSE_EXACT, 64 << 10, 4, fb, foff, ftot) == 2);
+    CHECK(fb[0] == 0 && fb[1] == 1 && fb[2] == 0 && fb[3] == 1 && foff[2] == 100 && foff[3] == 100);
+    for (int i = 4; i <= 14; i += 2) CHECK(fb[i] == -1);
+    CHECK(fb[16] == 0 && foff[16] == 200 && fb[18] == 0 && ftot[0] == 400 && ftot[1] == 1000);
+    /* the same at min_ops 6: the int64 pair has only 4 left, so only the int32 one is a call */
+    CHECK(nm_fuse_plan(fops, 20, 4, NM_FUSE_EXACT, 64 << 10, 6, fb, foff, ftot) == 1 && fb[0] == -1 && fb[1] == 0);
+    /* more than NM_FUSE_BUCKET_MAX bytes: a second call for the rest */
+    for (int i = 0; i < FN; i++) fset(i, NM_OPK_ALLREDUCE, ncclUint32, ncclSum, 16384);
+    CHECK(nm_fuse_plan(fops, FN, 4, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 2);
+    CHECK(fb[511] == 0 && fb[512] == 1 && foff[512] == 0 && ftot[0] == 512u * 16384 && ftot[1] == 88u * 16384);
+}
+
 int main(void)
 {
     test_route();
@@ -456,6 +517,7 @@ int main(void)
     test_table();
     test_env_vote();
     test_p2p_limits();
+    test_fuse_plan();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

@@ -10,7 +10,7 @@
 #ifndef NM_COPYV_ABI_H
 #define NM_COPYV_ABI_H
 
-#define NM_COPYV_MAX 16
+#define NM_COPYV_MAX 64
 #define NM_COPYV_THREADS 256
 #define NM_COPYV_KERNEL "nm_copyv"
 

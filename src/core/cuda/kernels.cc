@@ -85,24 +85,35 @@ CUresult copy_regions(CUcontext ctx, const nm_copyv_region_t *r, size_t n, CUstr
 {
     std::string why;
     const CUfunction *fn = n > 1 ? kernels(ctx, &why) : nullptr;
-    for (size_t i = 0; i < n;) {
-        const size_t left = n - i;
-        // one region left: the copy engine starts sooner than a kernel (2xH200: 3-4 us less per
-        // exchange); without the kernel, one driver copy each
-        if (!fn || left == 1) {
-            const CUresult e = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)r[i].dst, (CUdeviceptr)(uintptr_t)r[i].src, r[i].bytes, s);
+    auto driver = [s](const nm_copyv_region_t &x) {
+        return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)x.dst, (CUdeviceptr)(uintptr_t)x.src, x.bytes, s);
+    };
+    nm_copyv_region_t batch[NM_COPYV_MAX];
+    int nb = 0;
+    // a batch of one: the copy engine starts sooner than a kernel (2xH200: 3-4 us less per
+    // exchange); a launch refused: the batch as driver copies, and every later region
+    auto flush = [&]() {
+        CUresult e = CUDA_SUCCESS;
+        if (nb > 1 && launch_copyv(fn, batch, nb, s) == CUDA_SUCCESS) nb = 0;
+        else if (nb > 1) fn = nullptr;
+        for (int i = 0; i < nb && e == CUDA_SUCCESS; i++) e = driver(batch[i]);
+        nb = 0;
+        return e;
+    };
+    for (size_t i = 0; i < n; i++) {
+        // the kernel moves 16-byte words: a region not on such boundaries goes as a driver copy
+        if (!fn || (((uintptr_t)r[i].dst | (uintptr_t)r[i].src) & 15)) {
+            const CUresult e = driver(r[i]);
             if (e != CUDA_SUCCESS) return e;
-            i++;
             continue;
         }
-        const int k = (int)(left < NM_COPYV_MAX ? left : NM_COPYV_MAX);
-        if (launch_copyv(fn, r + i, k, s) != CUDA_SUCCESS) {  // (a launch refused: these as driver copies)
-            fn = nullptr;
-            continue;
+        batch[nb++] = r[i];
+        if (nb == NM_COPYV_MAX) {
+            const CUresult e = flush();
+            if (e != CUDA_SUCCESS) return e;
         }
-        i += (size_t)k;
     }
-    return CUDA_SUCCESS;
+    return flush();
 }
 
 }  // namespace ncclmpi

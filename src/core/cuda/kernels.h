@@ -27,8 +27,9 @@ const CUfunction *kernels(CUcontext ctx, std::string *why);
 bool copyv_batchable(const void *dst, const void *src, size_t n, size_t limit);
 
 // n copies on stream s in the current context, which is ctx: nm_copyv launches of up to
-// NM_COPYV_MAX regions each (a region left alone, no kernels, or a launch refused: driver
-// copies). The first driver error is returned; copies issued before it stay queued.
+// NM_COPYV_MAX regions each (a region left alone, one not on 16-byte boundaries, no kernels, or a
+// launch refused: driver copies). The first driver error is returned; copies issued before it
+// stay queued.
 CUresult copy_regions(CUcontext ctx, const nm_copyv_region_t *r, size_t n, CUstream s);
 
 }  // namespace ncclmpi

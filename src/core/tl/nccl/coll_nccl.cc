@@ -210,6 +210,10 @@ nm_status_t nccl_allreduce(NcclCall &c)
     char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
     const char *src = c.op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
     if (c.st != NM_OK) return c.st;
+    if (c.fuse) {  // packed, reduced and unpacked with others of its group
+        *c.fuse = FuseSlot{src, dst};
+        return NM_OK;
+    }
     NC(nccl.ncclAllReduce(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), c.comm(), c.s));
     return NM_OK;
 }

@@ -9,6 +9,7 @@
 
 #include "core/comm/process_group.h"
 #include "core/engine/op.h"
+#include "core/tl/nccl/fuse.h"
 
 namespace ncclmpi {
 
@@ -22,6 +23,7 @@ class NcclCall {
     CUstream s;
     bool alone;  // the op is launched by itself (a group of one)
     nm_status_t st = NM_OK;  // first failure inside seg() / scratch()
+    FuseSlot *fuse = nullptr;  // an allreduce that shares an NCCL call (fuse.h): its bytes go there
 
     ncclComm_t comm() const { return pg.nccl_comm(); }
     // `count` elements of the send (SEG_SEND) or receive (SEG_RECV) buffer starting `elem`

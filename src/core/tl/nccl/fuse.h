@@ -1,0 +1,47 @@
+// ncclmpi: small allreduces of one launched group sharing one NCCL call (NCCLMPI_FUSE; the plan:
+// route.h, "fused"). Each fused op's body hands its dense send and receive bytes to its slot
+// instead of calling NCCL; after the group's bodies the fusion packs each call's slots into one
+// device buffer (one copy kernel), posts its ncclAllReduce in the group, and after the group's end
+// unpacks into each op's receive bytes, before the ops' own post copies.
+#ifndef NM_CORE_TL_NCCL_FUSE_H
+#define NM_CORE_TL_NCCL_FUSE_H
+#include <stddef.h>
+
+#include <vector>
+
+#include "core/comm/process_group.h"
+#include "core/engine/op.h"
+
+namespace ncclmpi {
+
+struct FuseSlot {
+    const char *src = nullptr;  // the op's dense send bytes (its receive bytes when in place)
+    char *dst = nullptr;        // its dense receive bytes
+};
+
+class Fusion {
+  public:
+    // Plans ops[0..n) (their group-wide one-shot choice made); false when none is fused.
+    bool plan(Op *const *ops, int n, int comm_size);
+    // Op i's slot, or null when it runs as its own NCCL call.
+    FuseSlot *slot(int i) { return bucket_[i] >= 0 ? &slots_[i] : nullptr; }
+    // Inside the NCCL group, after every body: each call's pack and its ncclAllReduce on s, its
+    // buffer owned by the call's first op (freed with that op's scratch).
+    nm_status_t post(Op *const *ops, ProcessGroup &pg, CUstream s);
+    // After the group's end: every fused op's result into its receive bytes.
+    nm_status_t unpack(ProcessGroup &pg, CUstream s);
+    int calls() const { return ncalls_; }
+    int fused_ops() const { return nfused_; }
+
+  private:
+    int n_ = 0, ncalls_ = 0, nfused_ = 0;
+    std::vector<int> bucket_;
+    std::vector<size_t> offset_, total_;
+    std::vector<int> type_, nop_, first_;  // per call: NCCL type and op, its first op
+    std::vector<CUdeviceptr> buf_;  // per call
+    std::vector<FuseSlot> slots_;
+    std::vector<size_t> bytes_;  // per op: its dense bytes
+};
+
+}  // namespace ncclmpi
+#endif
