@@ -15,7 +15,7 @@ static int fusable(const nm_fuse_op_t *o, int comm_size, int mode, size_t max_by
     if (o->kind != NM_OPK_ALLREDUCE || !es || o->nccl_op == NM_UNSUPPORTED || o->count == 0 || o->count > max_bytes / es)
         return 0;
     if (mode == NM_FUSE_ALL) return 1;
-    return mode == NM_FUSE_EXACT && (integer_type(o->nccl_type) || comm_size <= 2);
+    return mode == NM_FUSE_EXACT && comm_size >= 2 && (integer_type(o->nccl_type) || comm_size == 2);
 }
 
 /* each operation on a 16-byte boundary of the buffer (the copy kernel's words) */

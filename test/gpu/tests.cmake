@@ -19,12 +19,16 @@ set_tests_properties(gpu_oneshot_np2_threads PROPERTIES LABELS "gpu" TIMEOUT 300
 add_test(gpu_oneshot_np2_off ${GRUN} 2 "${B}/test/gpu/gpu_oneshot" --quick)
 set_tests_properties(gpu_oneshot_np2_off PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_ONESHOT=0")
-# small nonblocking allreduces of a group sharing NCCL calls: the default (exact), every type
-# (all), and off
+# small nonblocking allreduces of a group sharing NCCL calls: the default (exact, which leaves
+# one-rank communicators alone), every type and size (all: on one GPU, the fused path on real
+# NCCL), and off
 foreach(np 1 2 3 4)
   add_test(gpu_fuse_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_fuse")
   set_tests_properties(gpu_fuse_np${np} PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
+add_test(gpu_fuse_np1_all ${GRUN} 1 "${B}/test/gpu/gpu_fuse")
+set_tests_properties(gpu_fuse_np1_all PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NCCLMPI_FUSE=all")
 add_test(gpu_fuse_np3_all ${GRUN} 3 "${B}/test/gpu/gpu_fuse" 6)
 set_tests_properties(gpu_fuse_np3_all PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "NCCLMPI_FUSE=all")

@@ -1,7 +1,8 @@
 #!/bin/sh
 # fuse.sh BUILDDIR: small nonblocking allreduces of a group sharing NCCL calls (NCCLMPI_FUSE) on
 # the stand-in CUDA driver and NCCL (test/unit/fuse_prog.c, one rank): with the stand-in's copy
-# kernel (batches of regions) and without it (driver copies), and with fusing off; the
+# kernel (batches of regions) and without it (driver copies), every size, and with the default
+# (which leaves one-rank communicators alone) and fusing off; the
 # NCCLMPI_STATS line must count the fused operations and the calls they shared.
 b=$1
 d="$b/fuse_test"
@@ -9,6 +10,8 @@ prog="$b/test/unit/fuse_prog"
 . "$(dirname "$0")/stand_in.sh"
 stand_in fuse "$b" "$d" "$prog"
 fail=0
+# (one rank: fused with NCCLMPI_FUSE=all only)
+export NCCLMPI_FUSE=all
 FAKE_CUDA_KERNELS=1 NCCLMPI_STATS=1 stand_in_run fuse_prog "$b" "$d" "copy kernel" 1 "$prog" || fail=1
 line=$(grep "allreduces fused" "$d/err")
 echo "fuse: ${line#\[ncclmpi\] }"
@@ -17,6 +20,7 @@ case "$line" in
 *) echo "fuse: FAIL: no 'allreduces fused' line with counts in the NCCLMPI_STATS summary"; fail=1 ;;
 esac
 stand_in_run fuse_prog "$b" "$d" "driver copies" 1 "$prog" || fail=1
-NCCLMPI_FUSE=all NCCLMPI_FUSE_MAX=1M NCCLMPI_FUSE_MIN=2 stand_in_run fuse_prog "$b" "$d" "every size, pairs" 1 "$prog" || fail=1
+NCCLMPI_FUSE_MAX=1M NCCLMPI_FUSE_MIN=2 stand_in_run fuse_prog "$b" "$d" "every size, pairs" 1 "$prog" || fail=1
+NCCLMPI_FUSE=exact stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=exact (none at one rank)" 1 "$prog" || fail=1
 NCCLMPI_FUSE=off stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=off" 1 "$prog" || fail=1
 exit $fail

@@ -473,12 +473,13 @@ static void test_fuse_plan(void)
     /* fewer than min_ops of the pair: none */
     CHECK(nm_fuse_plan(fops, 7, 4, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
     for (int i = 0; i < 7; i++) CHECK(fb[i] == -1);
-    /* float sums: exact at 1 and 2 ranks only, every size with ALL */
+    /* float sums: exact at 2 ranks only, every size with ALL; one rank: ALL only */
     for (int i = 0; i < 10; i++) fset(i, NM_OPK_ALLREDUCE, ncclFloat32, ncclSum, 1000);
     CHECK(nm_fuse_plan(fops, 10, 4, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
     CHECK(nm_fuse_plan(fops, 10, 3, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
     CHECK(nm_fuse_plan(fops, 10, 2, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1);
-    CHECK(nm_fuse_plan(fops, 10, 1, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 1);
+    CHECK(nm_fuse_plan(fops, 10, 1, NM_FUSE_EXACT, 64 << 10, 8, fb, foff, ftot) == 0);
+    CHECK(nm_fuse_plan(fops, 10, 1, NM_FUSE_ALL, 64 << 10, 8, fb, foff, ftot) == 1);
     CHECK(nm_fuse_plan(fops, 10, 8, NM_FUSE_ALL, 64 << 10, 8, fb, foff, ftot) == 1 && ftot[0] == 10000);
     /* 16-byte slots: 3 int32 take 4, 1 double takes 2, 5 int8 take 16 */
     for (int i = 0; i < 8; i++) fset(i, NM_OPK_ALLREDUCE, ncclInt32, ncclMax, 3);

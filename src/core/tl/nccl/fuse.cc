@@ -26,7 +26,8 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
     if (n < nm_cfg.FUSE_MIN || fuse_mode() == NM_FUSE_OFF) return false;
     // what every rank of the group shares (route.h): the kind, the signature's NCCL type, the op,
     // the NCCL element count; a one-shot op (agreed) is no NCCL call
-    std::vector<nm_fuse_op_t> in((size_t)n);
+    std::vector<nm_fuse_op_t> &in = in_;
+    in.resize((size_t)n);
     for (int i = 0; i < n; i++) {
         const Op &op = *ops[i];
         const size_t es = nm_nccl_type_size(op.rd.nccl_type);
@@ -61,8 +62,8 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
 
 nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
 {
-    std::vector<nm_copyv_region_t> r;
-    r.reserve((size_t)nfused_);
+    std::vector<nm_copyv_region_t> &r = regions_;
+    r.clear();
     for (int b = 0; b < ncalls_; b++) {
         const size_t bytes = (total_[b] * nm_nccl_type_size(type_[b]) + 255) / 256 * 256;
         if (cu.cuMemAllocAsync(&buf_[b], bytes, s) != CUDA_SUCCESS) {
@@ -91,8 +92,8 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
 
 nm_status_t Fusion::unpack(ProcessGroup &pg, CUstream s)
 {
-    std::vector<nm_copyv_region_t> r;
-    r.reserve((size_t)nfused_);
+    std::vector<nm_copyv_region_t> &r = regions_;
+    r.clear();
     for (int i = 0; i < n_; i++) {
         const int b = bucket_[i];
         if (b < 0) continue;

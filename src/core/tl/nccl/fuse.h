@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
+#include "core/cuda/copyv_abi.h"
 #include "core/engine/op.h"
+#include "route/route.h"
 
 namespace ncclmpi {
 
@@ -41,6 +43,9 @@ class Fusion {
     std::vector<CUdeviceptr> buf_;  // per call
     std::vector<FuseSlot> slots_;
     std::vector<size_t> bytes_;  // per op: its dense bytes
+    // (kept between launches: no allocation once warm)
+    std::vector<nm_fuse_op_t> in_;
+    std::vector<nm_copyv_region_t> regions_;
 };
 
 }  // namespace ncclmpi
