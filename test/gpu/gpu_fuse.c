@@ -1,6 +1,6 @@
 /* gpu_fuse: groups of small nonblocking allreduces on device buffers, where ncclmpi packs those of
  * one NCCL type and op into one NCCL call (NCCLMPI_FUSE). Each round issues K MPI_Iallreduce in
- * an order every rank shares (a seeded shuffle), inside ncclmpi_group_begin/end (explicit group)
+ * an order every rank shares (seeded, the types in turn), inside ncclmpi_group_begin/end (explicit group)
  * or back to back (automatic coalescing), then one MPI_Waitall. The operations mix types (int,
  * unsigned char, long long, float, double), ops (sum, max, min), counts (1 to 20000 elements: a
  * 16-byte slot's padding, the NCCLMPI_FUSE_MAX boundary and past it), in-place and not; and, per
@@ -20,7 +20,7 @@ static int rank, size, failures;
  * reductions, which the staged path uses, reject predefined ops on derived types) */
 static int derived_ok;
 
-enum { K = 40, MAXN = 20000, POISON = 0xEE };
+enum { K = 64, POISON = 0xEE };
 enum { T_INT, T_UCHAR, T_LLONG, T_FLOAT, T_DOUBLE, NT };
 static MPI_Datatype types[NT]; /* (set in main) */
 static const size_t tsz[NT] = {4, 1, 8, 4, 8};
@@ -90,12 +90,13 @@ static double get_elem(const char *p, int t)
 /* element j's byte offset in the op's layout */
 static size_t at(const op_t *o, int j) { return (size_t)j * tsz[o->t] * (o->shape == 2 ? 2 : 1); }
 
-static void setup(op_t *o, int k, unsigned *seed)
+static void setup(op_t *o, int k, int round, unsigned *seed)
 {
     static const int counts[] = {1, 3, 5, 12, 100, 1000, 4096, 8192, 20000};
-    o->t = (int)(rnd(seed) % NT);
-    o->opi = (int)(rnd(seed) % 3);
-    if (o->t == T_UCHAR) o->opi = 1 + o->opi % 2; /* (sums of bytes would wrap) */
+    /* every type in turn; sums mostly, so that each type's reach NCCLMPI_FUSE_MIN (8) */
+    o->t = (k + round) % NT;
+    o->opi = k < 48 ? 0 : (int)(rnd(seed) % 3);
+    if (o->t == T_UCHAR) o->opi = 1 + (int)(rnd(seed) % 2); /* (sums of bytes would wrap) */
     o->count = counts[rnd(seed) % (sizeof(counts) / sizeof(counts[0]))];
     if (o->t == T_LLONG || o->t == T_DOUBLE) o->count = o->count > 8192 ? 8192 : o->count; /* 64 KiB */
     if (k < 2) { /* ints: exactly 64 KiB, the largest fused by default, and one element more */
@@ -197,7 +198,7 @@ int main(int argc, char **argv)
         const int explicit_group = round % 2 == 0 && gbegin && gend;
         const char *how = explicit_group ? "explicit group" : "back to back";
         unsigned seed = 1234567u + (unsigned)round * 7777u; /* the same on every rank */
-        for (int k = 0; k < K; k++) setup(&o[k], k, &seed);
+        for (int k = 0; k < K; k++) setup(&o[k], k, round, &seed);
         CUDACHECK(cudaDeviceSynchronize());
         MPI_Barrier(c);
         if (explicit_group) gbegin();
