@@ -9,13 +9,14 @@ static int integer_type(int t)
     return t == ncclInt8 || t == ncclUint8 || t == ncclInt32 || t == ncclUint32 || t == ncclInt64 || t == ncclUint64;
 }
 
+int nm_fuse_possible(int comm_size, int mode) { return mode == NM_FUSE_ALL || (mode == NM_FUSE_EXACT && comm_size >= 2); }
+
 static int fusable(const nm_fuse_op_t *o, int comm_size, int mode, size_t max_bytes)
 {
     const size_t es = nm_nccl_type_size(o->nccl_type);
     if (o->kind != NM_OPK_ALLREDUCE || !es || o->nccl_op == NM_UNSUPPORTED || o->count == 0 || o->count > max_bytes / es)
         return 0;
-    if (mode == NM_FUSE_ALL) return 1;
-    return mode == NM_FUSE_EXACT && comm_size >= 2 && (integer_type(o->nccl_type) || comm_size == 2);
+    return mode == NM_FUSE_ALL || integer_type(o->nccl_type) || comm_size == 2;
 }
 
 /* each operation on a 16-byte boundary of the buffer (the copy kernel's words) */
@@ -38,7 +39,7 @@ int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t
     for (int i = 0; i < n; i++) {
         bucket[i] = -1;  /* (first pass: the key's index, or -1) */
         offset[i] = 0;
-        if (mode == NM_FUSE_OFF || !fusable(&ops[i], comm_size, mode, max_bytes)) continue;
+        if (!nm_fuse_possible(comm_size, mode) || !fusable(&ops[i], comm_size, mode, max_bytes)) continue;
         int k = 0;
         while (k < nkeys && (key[k].type != ops[i].nccl_type || key[k].op != ops[i].nccl_op)) k++;
         if (k == nkeys) {

@@ -181,6 +181,9 @@ typedef struct {
  * min_ops such operations in the group are not fused. Returns the number of calls. */
 int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t max_bytes, int min_ops, int *bucket,
                  size_t *offset, size_t *total);
+/* Whether a communicator of comm_size ranks may fuse at all in this mode (what the plan checks
+ * first; a caller skips describing the group's operations when not). */
+int nm_fuse_possible(int comm_size, int mode);
 
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */

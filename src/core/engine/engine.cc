@@ -501,9 +501,21 @@ int engine_group_begin()
 
 static nm_status_t launch_explicit(std::string *err)
 {
-    std::vector<Op *> ops;
+    // (the group's ops taken out, group_ops left with the previous group's emptied array: no
+    // allocation once warm)
+    static thread_local std::vector<Op *> ops;
+    ops.clear();
     ops.swap(group_ops);
     if (ops.empty()) return NM_OK;
+    CommState *one = ops[0]->cs;
+    for (Op *op : ops)
+        if (op->cs != one) one = nullptr;
+    if (one) {  // the common case: one communicator's group
+        QueueLock g(one);
+        nm_status_t st = launch(one, ops.data(), (int)ops.size(), one->pg ? one->pg->stream() : nullptr, err);
+        if (st != NM_OK) fail_ops(ops.data(), (int)ops.size(), st, *err);
+        return st;
+    }
     // one NCCL group per communicator, in the order of first appearance; the communicators'
     // groups follow one another (NCCL orders each communicator's work on its own)
     nm_status_t first = NM_OK;

@@ -23,7 +23,7 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
 {
     ncalls_ = nfused_ = 0;
     n_ = n;
-    if (n < nm_cfg.FUSE_MIN || fuse_mode() == NM_FUSE_OFF) return false;
+    if (n < nm_cfg.FUSE_MIN || !nm_fuse_possible(comm_size, fuse_mode())) return false;
     // what every rank of the group shares (route.h): the kind, the signature's NCCL type, the op,
     // the NCCL element count; a one-shot op (agreed) is no NCCL call
     std::vector<nm_fuse_op_t> &in = in_;
