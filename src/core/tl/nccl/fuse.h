@@ -1,8 +1,8 @@
 // ncclmpi: small allreduces of one launched group sharing one NCCL call (NCCLMPI_FUSE; the plan:
 // route.h, "fused"). Each fused op's body hands its dense send and receive bytes to its slot
 // instead of calling NCCL; after the group's bodies the fusion packs each call's slots into one
-// device buffer (one copy kernel), posts its ncclAllReduce in the group, and after the group's end
-// unpacks into each op's receive bytes, before the ops' own post copies.
+// device buffer (copy-kernel launches of up to 64 regions), posts its ncclAllReduce in the group,
+// and after the group's end unpacks into each op's receive bytes, before the ops' own post copies.
 #ifndef NM_CORE_TL_NCCL_FUSE_H
 #define NM_CORE_TL_NCCL_FUSE_H
 #include <stddef.h>
@@ -32,8 +32,6 @@ class Fusion {
     nm_status_t post(Op *const *ops, ProcessGroup &pg, CUstream s);
     // After the group's end: every fused op's result into its receive bytes.
     nm_status_t unpack(ProcessGroup &pg, CUstream s);
-    int calls() const { return ncalls_; }
-    int fused_ops() const { return nfused_; }
 
   private:
     int n_ = 0, ncalls_ = 0, nfused_ = 0;
