@@ -12,7 +12,7 @@
 #   hazard  the hazard suite only
 #   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
 #           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
-#   bench   engine_bench (with and without coalescing), comm_bench (NCCLMPI_COMM_CACHE 0 and 2),
+#   bench   engine_bench (with and without coalescing, fused and not), comm_bench (NCCLMPI_COMM_CACHE 0 and 2),
 #           coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at one rank
 #           per GPU, timeslice_bench at two ranks per GPU
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
@@ -138,6 +138,13 @@ np=$ngpu
   timeout 150 $run -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 200 -o "$OUT/engine_np$np.csv" 2>&1
   echo "== engine_bench np=$np, NCCLMPI_COALESCE=0"
   NCCLMPI_COALESCE=0 timeout 100 $run -x NCCLMPI_COALESCE -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 100 2>&1 | grep -E "Iallreduce|group_begin"
+  # the coalesced groups' 64 allreduces in one NCCL call each (the default at 2 ranks or more, for
+  # float sums at exactly 2) against 64 NCCL calls in the group, alternating, and at every size
+  for f in all_1 off_1 all_2 off_2; do
+    echo "== engine_bench np=$np, NCCLMPI_FUSE=${f%_*} (run ${f#*_})"
+    NCCLMPI_FUSE=${f%_*} timeout 100 $run -x NCCLMPI_FUSE -np "$np" ./bench/engine_bench -k 64 -s 4096 -r 200 -o "$OUT/engine_np${np}_fuse_$f.csv" 2>&1 |
+      grep -E "raw NCCL: 64 allreduce in one|Iallreduce x64|group_begin|breakdown"
+  done
   for cache in 0 2; do
     echo "== comm_bench np=$np, NCCLMPI_COMM_CACHE=$cache (a communicator per use vs a kept one)"
     NCCLMPI_COMM_CACHE=$cache timeout 120 $run -x NCCLMPI_COMM_CACHE -np "$np" ./bench/comm_bench -o "$OUT/comm_np${np}_cache$cache.csv" 2>&1
