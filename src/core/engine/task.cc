@@ -335,7 +335,7 @@ bool Task::poll(uint64_t sweep)
         return true;
     }
     if (copying_) {  // the copy back is under way (the copies of every task polled overlap)
-        const nm_status_t st = stage_finish_poll(stage_, false);
+        const nm_status_t st = stage_finish_poll(stage_, false, sweep);
         if (st == NM_INPROGRESS) return false;
         copying_ = false;
         complete(stage_rc(st));

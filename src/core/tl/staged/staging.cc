@@ -246,6 +246,7 @@ struct PullBatch {
     std::atomic<bool> done{false};
     std::atomic<int> st{NM_OK};
     std::atomic<int> refs{0};
+    std::atomic<uint64_t> notready_sweep{0};  // the progress sweep that last found it not done
 };
 
 // Events that mark the end of a copy, per device (a copy may end on another thread)
@@ -499,7 +500,9 @@ nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status)
 }
 
 // The copies of s's batch are done (NM_INPROGRESS: not yet); s leaves the batch when they are.
-static nm_status_t batch_poll(Stage *s, bool wait)
+// (sweep: as op_poll's, the batch's event is asked once per progress sweep, not once per receive
+// in it)
+static nm_status_t batch_poll(Stage *s, bool wait, uint64_t sweep)
 {
     PullBatch *b = s->batch;
     if (!b->issued) {  // (a blocking finish: this thread queued it)
@@ -507,9 +510,13 @@ static nm_status_t batch_poll(Stage *s, bool wait)
         pulls_launch(b);
     }
     if (!b->done.load(std::memory_order_acquire)) {
+        if (!wait && sweep && b->notready_sweep.load(std::memory_order_relaxed) == sweep) return NM_INPROGRESS;
         DeviceGuard g(b->lane->dev->ctx);
         CUresult r = wait ? cu.cuEventSynchronize(b->ev) : cu.cuEventQuery(b->ev);
-        if (r == CUDA_ERROR_NOT_READY) return NM_INPROGRESS;
+        if (r == CUDA_ERROR_NOT_READY) {
+            if (sweep) b->notready_sweep.store(sweep, std::memory_order_relaxed);
+            return NM_INPROGRESS;
+        }
         if (r != CUDA_SUCCESS) b->st.store(NM_ERR_CUDA);
         b->done.store(true, std::memory_order_release);
     }
@@ -522,10 +529,10 @@ static nm_status_t batch_poll(Stage *s, bool wait)
     return bst;
 }
 
-nm_status_t stage_finish_poll(Stage *s, bool wait)
+nm_status_t stage_finish_poll(Stage *s, bool wait, uint64_t sweep)
 {
     if (s->batch) {
-        const nm_status_t bst = batch_poll(s, wait);
+        const nm_status_t bst = batch_poll(s, wait, sweep);
         if (bst == NM_INPROGRESS) return bst;
         if (bst != NM_OK && s->fin == NM_OK) s->fin = bst;
         for (auto &x : s->rel) {  // the payloads are read: their senders may reuse the memory

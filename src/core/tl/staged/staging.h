@@ -69,8 +69,9 @@ nm_status_t stage_finish(Stage *s, MPI_Status *recv_status);
 // The same in two steps, so that the copies back of many requests overlap: begin queues the
 // copies and returns NM_INPROGRESS while they run (else the final status); poll returns
 // NM_INPROGRESS until they are done (wait: until then), then the status stage_finish would.
+// (sweep: the caller's progress sweep, op_poll's; 0: none)
 nm_status_t stage_finish_begin(Stage *s, MPI_Status *recv_status);
-nm_status_t stage_finish_poll(Stage *s, bool wait);
+nm_status_t stage_finish_poll(Stage *s, bool wait, uint64_t sweep = 0);
 void stage_release(Stage *s);
 // A receive's pull of n bytes at src (a peer's pool, mapped here, or a mapped host shadow) into
 // device memory at dst, queued on `stream` (the calling thread's lane's): copies queued by
