@@ -36,6 +36,7 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
         in[i].nccl_op = nm_map_op(op.o.op);
         in[i].count = es ? (size_t)op.o.rcount * op.rd.size / es : 0;
     }
+    bytes_.resize((size_t)n);
     bucket_.resize((size_t)n);
     offset_.resize((size_t)n);
     total_.resize((size_t)n);
@@ -43,9 +44,9 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
                            bucket_.data(), offset_.data(), total_.data());
     if (!ncalls_) return false;
     slots_.assign((size_t)n, FuseSlot{});
-    bytes_.resize((size_t)n);
     type_.resize((size_t)ncalls_);
     nop_.resize((size_t)ncalls_);
+    es_.resize((size_t)ncalls_);
     buf_.assign((size_t)ncalls_, 0);
     first_.assign((size_t)ncalls_, -1);
     for (int i = 0; i < n; i++) {
@@ -55,7 +56,8 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
         if (first_[b] < 0) first_[b] = i;
         type_[b] = in[i].nccl_type;
         nop_[b] = in[i].nccl_op;
-        bytes_[i] = in[i].count * nm_nccl_type_size(in[i].nccl_type);
+        es_[b] = nm_nccl_type_size(in[i].nccl_type);
+        bytes_[i] = in[i].count * es_[b];
     }
     return true;
 }
@@ -65,7 +67,7 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
     std::vector<nm_copyv_region_t> &r = regions_;
     r.clear();
     for (int b = 0; b < ncalls_; b++) {
-        const size_t bytes = (total_[b] * nm_nccl_type_size(type_[b]) + 255) / 256 * 256;
+        const size_t bytes = (total_[b] * es_[b] + 255) / 256 * 256;
         if (cu.cuMemAllocAsync(&buf_[b], bytes, s) != CUDA_SUCCESS) {
             NM_ERROR(COLL, "cannot allocate %zu bytes of device memory for %d fused allreduces", bytes, nfused_);
             return NM_ERR_NO_MEM;
@@ -76,7 +78,7 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
         const int b = bucket_[i];
         if (b < 0) continue;
         if (!slots_[i].src || !slots_[i].dst) return NM_ERR_INTERNAL;  // (its body did not reach its call)
-        r.push_back(nm_copyv_region_t{(char *)buf_[b] + offset_[i] * nm_nccl_type_size(type_[b]), slots_[i].src, bytes_[i]});
+        r.push_back(nm_copyv_region_t{(char *)buf_[b] + offset_[i] * es_[b], slots_[i].src, bytes_[i]});
     }
     NM_CU_CHECK(copy_regions(pg.ctx(), r.data(), r.size(), s), return NM_ERR_CUDA);
     for (int b = 0; b < ncalls_; b++)
@@ -97,8 +99,7 @@ nm_status_t Fusion::unpack(ProcessGroup &pg, CUstream s)
     for (int i = 0; i < n_; i++) {
         const int b = bucket_[i];
         if (b < 0) continue;
-        const size_t es = nm_nccl_type_size(type_[b]);
-        r.push_back(nm_copyv_region_t{slots_[i].dst, (const char *)buf_[b] + offset_[i] * es, bytes_[i]});
+        r.push_back(nm_copyv_region_t{slots_[i].dst, (const char *)buf_[b] + offset_[i] * es_[b], bytes_[i]});
     }
     NM_CU_CHECK(copy_regions(pg.ctx(), r.data(), r.size(), s), return NM_ERR_CUDA);
     return NM_OK;

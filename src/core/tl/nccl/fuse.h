@@ -38,6 +38,7 @@ class Fusion {
     std::vector<int> bucket_;
     std::vector<size_t> offset_, total_;
     std::vector<int> type_, nop_, first_;  // per call: NCCL type and op, its first op
+    std::vector<size_t> es_;                // per call: the type's size
     std::vector<CUdeviceptr> buf_;  // per call
     std::vector<FuseSlot> slots_;
     std::vector<size_t> bytes_;  // per op: its dense bytes
