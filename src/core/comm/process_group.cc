@@ -1,6 +1,8 @@
 // ncclmpi: process groups (NCCL comm + comm stream per MPI communicator and device).
 #include "core/comm/process_group.h"
 
+#include <algorithm>
+
 #include <string.h>
 
 #include "core/engine/engine.h"
@@ -182,6 +184,18 @@ void ProcessGroup::event_put(CUevent ev)
     events_.push_back(ev);
 }
 
+CUdeviceptr ProcessGroup::stream_buffer(size_t bytes)
+{
+    if (bytes <= sbuf_cap_) return sbuf_;
+    if (sbuf_) cu.cuMemFreeAsync(sbuf_, stream_);  // stream-ordered: after its earlier users
+    sbuf_cap_ = std::max(bytes, 2 * sbuf_cap_);
+    if (cu.cuMemAllocAsync(&sbuf_, sbuf_cap_, stream_) != CUDA_SUCCESS) {
+        sbuf_ = 0;
+        sbuf_cap_ = 0;
+    }
+    return sbuf_;
+}
+
 void ProcessGroup::destroy()
 {
     if (!ctx_) return;
@@ -201,6 +215,9 @@ void ProcessGroup::destroy()
             oneshot_ = nullptr;
         }
         for (CUevent e : all_events_) cu.cuEventDestroy(e);
+        if (sbuf_) cu.cuMemFreeAsync(sbuf_, stream_);  // (after the stream's last use of it)
+        sbuf_ = 0;
+        sbuf_cap_ = 0;
         if (stream_) cu.cuStreamDestroy(stream_);
         // a launch that failed may not have written its ticket yet (an aborted NCCL kernel, a
         // timed-out one on the legacy stream): then the GPU may still write here, so the slots stay

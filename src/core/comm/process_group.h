@@ -85,6 +85,10 @@ class ProcessGroup {
     State state() const { return state_.load(std::memory_order_acquire); }
     ncclComm_t nccl_comm() const { return nccl_; }
     CUstream stream() const { return stream_; }
+    // A device buffer of at least `bytes` for work queued on stream() only, in its order (the
+    // fused allreduces of a group: tl/nccl/fuse.h): kept for the next use, grown when short;
+    // 0 when it cannot be had. Called under use_mu().
+    CUdeviceptr stream_buffer(size_t bytes);
     CUcontext ctx() const { return ctx_; }
     int device() const { return device_; }
     int rank() const { return rank_; }
@@ -116,6 +120,8 @@ class ProcessGroup {
     std::vector<CUevent> events_;
     std::vector<CUevent> all_events_;
     volatile uint64_t *flags_ = nullptr;  // pinned host slots [comm stream, legacy stream]
+    CUdeviceptr sbuf_ = 0;                // stream_buffer()
+    size_t sbuf_cap_ = 0;
     CUdeviceptr dflags_ = 0;
     uint64_t tickets_[2] = {0, 0};
     OneshotWindow *oneshot_ = nullptr;

@@ -48,12 +48,12 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
     nop_.resize((size_t)ncalls_);
     es_.resize((size_t)ncalls_);
     buf_.assign((size_t)ncalls_, 0);
-    first_.assign((size_t)ncalls_, -1);
+    first_ = -1;
     for (int i = 0; i < n; i++) {
         const int b = bucket_[i];
         if (b < 0) continue;
         nfused_++;
-        if (first_[b] < 0) first_[b] = i;
+        if (first_ < 0) first_ = i;
         type_[b] = in[i].nccl_type;
         nop_[b] = in[i].nccl_op;
         es_[b] = nm_nccl_type_size(in[i].nccl_type);
@@ -66,13 +66,21 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
 {
     std::vector<nm_copyv_region_t> &r = regions_;
     r.clear();
-    for (int b = 0; b < ncalls_; b++) {
-        const size_t bytes = (total_[b] * es_[b] + 255) / 256 * 256;
-        if (cu.cuMemAllocAsync(&buf_[b], bytes, s) != CUDA_SUCCESS) {
+    // one buffer for the calls, each at a 256-byte boundary: the process group's, kept between
+    // groups (its stream orders the uses), or one freed with the first op's scratch
+    size_t bytes = 0;
+    for (int b = 0; b < ncalls_; b++) bytes += (total_[b] * es_[b] + 255) / 256 * 256;
+    CUdeviceptr base = s == pg.stream() ? pg.stream_buffer(bytes) : 0;
+    if (!base) {
+        if (cu.cuMemAllocAsync(&base, bytes, s) != CUDA_SUCCESS) {
             NM_ERROR(COLL, "cannot allocate %zu bytes of device memory for %d fused allreduces", bytes, nfused_);
             return NM_ERR_NO_MEM;
         }
-        ops[first_[b]]->scratch.push_back(buf_[b]);  // freed with that op's scratch, after the group's work
+        ops[first_]->scratch.push_back(base);  // freed with that op's scratch, after the group's work
+    }
+    for (int b = 0; b < ncalls_; b++) {
+        buf_[b] = base;
+        base += (total_[b] * es_[b] + 255) / 256 * 256;
     }
     for (int i = 0; i < n_; i++) {
         const int b = bucket_[i];

@@ -27,19 +27,19 @@ class Fusion {
     bool plan(Op *const *ops, int n, int comm_size);
     // Op i's slot, or null when it runs as its own NCCL call.
     FuseSlot *slot(int i) { return bucket_[i] >= 0 ? &slots_[i] : nullptr; }
-    // Inside the NCCL group, after every body: each call's pack and its ncclAllReduce on s, its
-    // buffer owned by the call's first op (freed with that op's scratch).
+    // Inside the NCCL group, after every body: the calls' pack and their ncclAllReduce on s, in
+    // the process group's stream buffer (or one freed with the first fused op's scratch).
     nm_status_t post(Op *const *ops, ProcessGroup &pg, CUstream s);
     // After the group's end: every fused op's result into its receive bytes.
     nm_status_t unpack(ProcessGroup &pg, CUstream s);
 
   private:
-    int n_ = 0, ncalls_ = 0, nfused_ = 0;
+    int n_ = 0, ncalls_ = 0, nfused_ = 0, first_ = -1;  // first_: the first fused op
     std::vector<int> bucket_;
     std::vector<size_t> offset_, total_;
-    std::vector<int> type_, nop_, first_;  // per call: NCCL type and op, its first op
+    std::vector<int> type_, nop_;  // per call: NCCL type and op
     std::vector<size_t> es_;                // per call: the type's size
-    std::vector<CUdeviceptr> buf_;  // per call
+    std::vector<CUdeviceptr> buf_;  // per call: its part of the buffer
     std::vector<FuseSlot> slots_;
     std::vector<size_t> bytes_;  // per op: its dense bytes
     // (kept between launches: no allocation once warm)
