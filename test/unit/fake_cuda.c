@@ -114,6 +114,19 @@ static int lookup(uintptr_t p)
     return -1;
 }
 
+/* FAKE_CUDA_DEVICE_PER_RANK=1: the process's context is on device (world rank % 3), the rank
+ * from Open MPI's OMPI_COMM_WORLD_RANK, as if each rank of a job had a GPU of its own (with the
+ * stand-in NCCL's shared-memory mode: NCCL communicators of several ranks) */
+static int my_device(void)
+{
+    static int d = -1;
+    if (d < 0) {
+        const char *e = getenv("FAKE_CUDA_DEVICE_PER_RANK"), *r = getenv("OMPI_COMM_WORLD_RANK");
+        d = e && *e == '1' && r ? atoi(r) % 3 : 0;
+    }
+    return d;
+}
+
 EXPORT unsigned long fake_cuda_pointer_queries; /* cuPointerGetAttributes calls (test/unit/host_ranges.sh) */
 EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **vals, CUdeviceptr p)
 {
@@ -124,7 +137,7 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, v
         case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
             *(CUmemorytype *)vals[k] = i < 0 ? (CUmemorytype)0 : allocs[i].host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
             break;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)vals[k] = i < 0 ? -2 : 0; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)vals[k] = i < 0 ? -2 : my_device(); break;
         case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned *)vals[k] = 0; break;
         default: break;
         }
@@ -195,7 +208,7 @@ static CUcontext current;
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
-EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!current) return CUDA_ERROR_INVALID_CONTEXT; *d = 0; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!current) return CUDA_ERROR_INVALID_CONTEXT; *d = my_device(); return CUDA_SUCCESS; }
 
 static int event_token;
 /* a handle of its own per stream, as the real driver gives (code that tells streams apart by their

@@ -1,13 +1,23 @@
-/* A one-rank stand-in for libnccl.so.2 (bench/device_overhead.sh): with the stand-in driver
+/* A stand-in for libnccl.so.2 (bench/device_overhead.sh): with the stand-in driver
  * (fake_cuda.c) it lets ncclmpi's NCCL route run on a machine without a GPU, so that callgrind can
  * count the host instructions the layer itself spends per device-buffer call, and lets tests run
- * communicators of one rank on the NCCL route. Every collective of one rank is a copy from the
- * send to the receive buffer, a send to itself a copy into its receive; more than one rank is
- * refused (ncclmpi then takes the staged path). Not a model of NCCL. */
+ * ncclmpi's NCCL route without a GPU. Every collective of one rank is a copy from the send to the
+ * receive buffer, a send to itself a copy into its receive. More than one rank is refused (ncclmpi
+ * then takes the staged path), unless FAKE_NCCL_SHM=1: then the ranks of a communicator meet in a
+ * shared-memory segment named by its unique id (below, "Several ranks"). Not a model of NCCL. */
+#include <fcntl.h>
+#include <mpi.h>
 #include <nccl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -35,21 +45,178 @@ static ncclResult_t make(ncclComm_t *c, int nranks)
     return ncclSuccess;
 }
 
+/* ---- Several ranks (FAKE_NCCL_SHM=1) ----------------------------------------------------------
+ * The ranks of a communicator map one shared-memory segment, named by its unique id: a counter of
+ * arrivals and a slot per rank (a description of the call, then up to SLOT bytes of data). Each
+ * collective runs at its call (a group's in their order): every rank describes its call and copies
+ * its contribution into its slot, all meet (the counter reaches a multiple of the ranks: it only
+ * grows), each checks that every rank made the same call and combines the slots in rank order,
+ * and all meet again before a slot is reused. A rank that makes another call than its peers (a
+ * different kind, count, type, op or root) is reported and aborts; one that makes none leaves its
+ * peers waiting (the test's time limit). Point-to-point calls and splits are refused. */
+enum { SLOT = 8 << 20, MAXR = 8 };
+struct desc { int kind, type, op, root; size_t count; };
+struct shm_slot { struct desc d; char pad[64 - sizeof(struct desc)]; char data[SLOT]; };
+struct shm_head { _Atomic unsigned long arrived; char pad[56]; struct shm_slot slot[MAXR]; };
+struct shm_comm { struct ncclComm base; int rank; unsigned long meetings; struct shm_head *h; };
+
+static int shm_mode(void)
+{
+    const char *e = getenv("FAKE_NCCL_SHM");
+    return e && *e == '1';
+}
+
+/* The real NCCL returns at once and runs the call on the GPU; here the host waits for the peers
+ * at the call. So that a peer can reach it, the wait keeps the real MPI progressing: what ncclmpi
+ * posted before its launch (a coalescing round) completes meanwhile, as it would while a GPU ran
+ * the call. (A program whose peer needs this rank's next MPI call first would wait here forever,
+ * where a GPU would not: the tests that use this mode make no such call.) */
+static void shm_meet(struct shm_comm *c)
+{
+    const unsigned long target = ++c->meetings * (unsigned long)c->base.nranks;
+    atomic_fetch_add(&c->h->arrived, 1);
+    for (unsigned spin = 0; atomic_load(&c->h->arrived) < target; spin++) {
+        int flag;
+        if (spin % 16 == 15) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+        sched_yield();
+    }
+}
+
+static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank)
+{
+    if (!shm_mode() || nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks) return ncclInvalidUsage;
+    char name[64];
+    snprintf(name, sizeof(name), "%.60s", id->internal);
+    int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+    if (fd < 0) return ncclSystemError;
+    const size_t bytes = offsetof(struct shm_head, slot) + (size_t)nranks * sizeof(struct shm_slot);
+    void *p = ftruncate(fd, (off_t)bytes) == 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return ncclSystemError;
+    struct shm_comm *c = calloc(1, sizeof(*c));
+    c->base.nranks = nranks;
+    c->rank = rank;
+    c->h = p;
+    shm_meet(c);  /* every rank has mapped it: its name can go */
+    shm_unlink(name);
+    *out = &c->base;
+    return ncclSuccess;
+}
+
+static const char *const kinds[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter"};
+enum { K_ALLREDUCE, K_BCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER };
+
+#define COMBINE(T)                                                                                \
+    do {                                                                                          \
+        T *o = (T *)out;                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                          \
+            T a = ((const T *)(const void *)src[0])[i];                                           \
+            for (int q = 1; q < nr; q++) {                                                        \
+                const T b = ((const T *)(const void *)src[q])[i];                                 \
+                a = op == ncclSum ? (T)(a + b) : op == ncclProd ? (T)(a * b) : op == ncclMax ? (b > a ? b : a) : (b < a ? b : a); \
+            }                                                                                     \
+            o[i] = a;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+/* out[i] = the combination of src[0..nr)[i] in rank order */
+static ncclResult_t combine(void *out, const char *const *src, int nr, size_t n, ncclDataType_t t, ncclRedOp_t op)
+{
+    if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin) return ncclInvalidArgument;
+    switch (t) {
+    case ncclInt8: COMBINE(int8_t); break;
+    case ncclUint8: COMBINE(uint8_t); break;
+    case ncclInt32: COMBINE(int32_t); break;
+    case ncclUint32: COMBINE(uint32_t); break;
+    case ncclInt64: COMBINE(int64_t); break;
+    case ncclUint64: COMBINE(uint64_t); break;
+    case ncclFloat32: COMBINE(float); break;
+    case ncclFloat64: COMBINE(double); break;
+    default: return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+/* One collective of several ranks: `mine` bytes of this rank's contribution go into its slot;
+ * after the meeting, every rank checks the calls match, then `finish` reads the slots. */
+static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes)
+{
+    const int nr = c->base.nranks;
+    if (mine > SLOT || rbytes > SLOT * (size_t)nr) return ncclInvalidUsage;
+    struct shm_slot *me = &c->h->slot[c->rank];
+    me->d = d;
+    if (mine && s) memcpy(me->data, s, mine);
+    shm_meet(c);
+    for (int q = 0; q < nr; q++) {
+        const struct desc *o = &c->h->slot[q].d;
+        if (o->kind != d.kind || o->type != d.type || o->op != d.op || o->root != d.root || o->count != d.count) {
+            fprintf(stderr, "stand-in NCCL: rank %d of %d called nccl%s(count %zu, type %d, op %d, root %d) where rank %d "
+                    "called nccl%s(count %zu, type %d, op %d, root %d): the ranks' calls differ\n",
+                    c->rank, nr, kinds[d.kind], d.count, d.type, d.op, d.root, q, kinds[o->kind], o->count, o->type,
+                    o->op, o->root);
+            abort();
+        }
+    }
+    const char *src[MAXR];
+    for (int q = 0; q < nr; q++) src[q] = c->h->slot[q].data;
+    ncclResult_t rc = ncclSuccess;
+    const size_t es = tsize((ncclDataType_t)d.type);
+    switch (d.kind) {
+    case K_ALLREDUCE: rc = combine(r, src, nr, d.count, (ncclDataType_t)d.type, (ncclRedOp_t)d.op); break;
+    case K_REDUCE:
+        if (c->rank == d.root) rc = combine(r, src, nr, d.count, (ncclDataType_t)d.type, (ncclRedOp_t)d.op);
+        break;
+    case K_BCAST: memmove(r, src[d.root], d.count * es); break;
+    case K_ALLGATHER:
+        for (int q = 0; q < nr; q++) memcpy((char *)r + (size_t)q * d.count * es, src[q], d.count * es);
+        break;
+    case K_REDUCE_SCATTER: {
+        const char *part[MAXR];
+        for (int q = 0; q < nr; q++) part[q] = src[q] + (size_t)c->rank * d.count * es;
+        rc = combine(r, part, nr, d.count, (ncclDataType_t)d.type, (ncclRedOp_t)d.op);
+        break;
+    }
+    }
+    shm_meet(c);  /* every rank has read the slots */
+    return rc;
+}
+
+static struct shm_comm *shm_of(ncclComm_t c) { return c && c->nranks > 1 ? (struct shm_comm *)(void *)c : NULL; }
+
 EXPORT ncclResult_t ncclGetVersion(int *v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
-EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id) { memset(id, 7, sizeof(*id)); return ncclSuccess; }
-EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *c, int n, ncclUniqueId id, int r) { (void)id; (void)r; return make(c, n); }
+EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    static int made;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    memset(id, 0, sizeof(*id));
+    snprintf(id->internal, sizeof(id->internal), "/nm-fake-nccl-%d-%d-%ld", (int)getpid(), made++, (long)ts.tv_nsec);
+    return ncclSuccess;
+}
+EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *c, int n, ncclUniqueId id, int r)
+{
+    return n == 1 ? make(c, n) : shm_make(c, n, &id, r);
+}
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *c, int n, ncclUniqueId id, int r, ncclConfig_t *cfg)
 {
-    (void)id; (void)r; (void)cfg;
-    return make(c, n);
+    (void)cfg;
+    return n == 1 ? make(c, n) : shm_make(c, n, &id, r);
 }
 EXPORT ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t *c, ncclConfig_t *cfg)
 {
-    (void)p; (void)color; (void)key; (void)cfg;
+    (void)color; (void)key; (void)cfg;
+    if (shm_of(p)) return ncclInvalidUsage;
     return make(c, 1);
 }
-EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c) { free(c); return ncclSuccess; }
-EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { free(c); return ncclSuccess; }
+static ncclResult_t drop(ncclComm_t c)
+{
+    struct shm_comm *m = shm_of(c);
+    if (m) munmap(m->h, offsetof(struct shm_head, slot) + (size_t)c->nranks * sizeof(struct shm_slot));
+    free(c);
+    return ncclSuccess;
+}
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c) { return drop(c); }
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { return drop(c); }
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) { (void)c; *e = ncclSuccess; return ncclSuccess; }
 EXPORT const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "stand-in NCCL error"; }
 EXPORT const char *ncclGetLastError(ncclComm_t c) { (void)c; return ""; }
@@ -57,42 +224,55 @@ EXPORT ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 EXPORT ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
-    (void)op; (void)c; (void)st;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_ALLREDUCE, t, op, -1, n}, s, n * tsize(t), r, n * tsize(t));
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t st)
 {
-    (void)op; (void)root; (void)c; (void)st;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_REDUCE, t, op, root, n}, s, n * tsize(t), r, n * tsize(t));
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
-    (void)root; (void)c; (void)st;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_BCAST, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t), r, n * tsize(t));
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
-    (void)c; (void)st;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_ALLGATHER, t, -1, -1, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
-    (void)op; (void)c; (void)st;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_REDUCE_SCATTER, t, op, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t));
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
-    (void)c; (void)st;
+    (void)st;
+    if (shm_of(c)) return ncclInvalidUsage;
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
-    (void)root; (void)c; (void)st;
+    (void)root; (void)st;
+    if (shm_of(c)) return ncclInvalidUsage;
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclScatter(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
-    (void)root; (void)c; (void)st;
+    (void)root; (void)st;
+    if (shm_of(c)) return ncclInvalidUsage;
     return copy(s, r, n, t);
 }
 /* one rank: a send to itself meets its receive (in call order, within or across groups: the
@@ -112,7 +292,8 @@ static ncclResult_t meet(void)
 }
 EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
-    (void)c; (void)st;
+    (void)st;
+    if (shm_of(c)) return ncclInvalidUsage;
     if (peer != 0 || nsends == PEND) return ncclInvalidUsage;
     sends[nsends].s = s;
     sends[nsends++].bytes = n * tsize(t);
@@ -120,7 +301,8 @@ EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer
 }
 EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
-    (void)c; (void)st;
+    (void)st;
+    if (shm_of(c)) return ncclInvalidUsage;
     if (peer != 0 || nrecvs == PEND) return ncclInvalidUsage;
     recvs[nrecvs].r = r;
     recvs[nrecvs++].bytes = n * tsize(t);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # fuse.sh BUILDDIR: small nonblocking allreduces of a group sharing NCCL calls (NCCLMPI_FUSE) on
-# the stand-in CUDA driver and NCCL (test/unit/fuse_prog.c, one rank): with the stand-in's copy
+# the stand-in CUDA driver and NCCL (test/unit/fuse_prog.c), at one rank, then at 2 and 3 ranks
+# through the stand-in NCCL's shared-memory mode. One rank: with the stand-in's copy
 # kernel (batches of regions) and without it (driver copies), every size, and with the default
 # (which leaves one-rank communicators alone) and fusing off; the
 # NCCLMPI_STATS line must count the fused operations and the calls they shared.
@@ -23,4 +24,14 @@ stand_in_run fuse_prog "$b" "$d" "driver copies" 1 "$prog" || fail=1
 NCCLMPI_FUSE_MAX=1M NCCLMPI_FUSE_MIN=2 stand_in_run fuse_prog "$b" "$d" "every size, pairs" 1 "$prog" || fail=1
 NCCLMPI_FUSE=exact stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=exact (none at one rank)" 1 "$prog" || fail=1
 NCCLMPI_FUSE=off stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=off" 1 "$prog" || fail=1
+# several ranks, each with a device of its own and the stand-in NCCL's shared-memory mode: the
+# ranks' plans must agree (the stand-in aborts, naming both calls, where the ranks' NCCL calls
+# differ) while their layouts, alignments and memory kinds differ
+unset NCCLMPI_FUSE
+export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0
+for np in 2 3; do
+  FAKE_CUDA_KERNELS=1 stand_in_run fuse_prog "$b" "$d" "default (every type at 2 ranks, integers at 3)" $np "$prog" || fail=1
+done
+NCCLMPI_FUSE=all stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=all, driver copies" 3 "$prog" || fail=1
+NCCLMPI_FUSE=off stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=off" 2 "$prog" || fail=1
 exit $fail
