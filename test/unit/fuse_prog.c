@@ -4,7 +4,8 @@
  * their own (FAKE_NCCL_SHM=1, FAKE_CUDA_DEVICE_PER_RANK=1; the stand-in aborts when the ranks'
  * NCCL calls differ, the script's time limit catches a rank left waiting).
  * Rounds of 48 operations, in an explicit ncclmpi_group_begin/end group or back to back
- * (automatic coalescing), whose buffers take every way into and out of a shared call: in place and
+ * (automatic coalescing; in two rounds some ranks issue them apart, so that each rank's own
+ * grouping differs and the coalescing rounds must reconcile them), whose buffers take every way into and out of a shared call: in place and
  * not, 1 to 20000 elements of int, double and unsigned char (padding, the largest fused size and
  * past it), sums and maxima (several calls); and, differing by rank, what must not change a rank's
  * plan: a strided vector type where other ranks pass the same ints contiguous, starts off 16-byte
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "stand_in.h"
 
@@ -127,9 +129,14 @@ int main(int argc, char **argv)
         for (int k = 0; k < K; k++) setup(&o[k], k, round);
         const int explicit_group = round % 2 == 0;
         if (explicit_group) gbegin();
-        for (int k = 0; k < K; k++)
+        for (int k = 0; k < K; k++) {
+            /* back to back on some ranks, apart on others (past NCCLMPI_COALESCE_WINDOW: each
+             * launched at its call): each rank groups by its own timing, the rounds make the
+             * groups (and so the fused calls) the same on every rank */
+            if ((round == 3 && rank % 2 == 1) || (round == 5 && rank % 2 == 0 && k % 2 == 0)) usleep(60);
             if (MPI_Iallreduce(o[k].inplace ? MPI_IN_PLACE : o[k].s, o[k].r, o[k].count, o[k].dt, o[k].op, c, &q[k]) != MPI_SUCCESS)
                 failures++;
+        }
         if (explicit_group) gend();
         if (MPI_Waitall(K, q, MPI_STATUSES_IGNORE) != MPI_SUCCESS) failures++;
         for (int k = 0; k < K; k++) {
