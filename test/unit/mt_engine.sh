@@ -4,7 +4,8 @@
 # bursts of nonblocking device collectives, blocking ones, explicit groups, broadcasts, host calls
 # and communicators duplicated, used (the first collective making or taking over an NCCL
 # communicator) and freed with a request outstanding, all at once; every result checked; some new
-# communicator must have taken over a kept one (NCCLMPI_STATS). NM_MT_ENGINE_PRELOAD: libraries
+# communicator must have taken over a kept one (NCCLMPI_STATS). Then at 2 and 3 ranks on the
+# stand-in NCCL's shared-memory mode. NM_MT_ENGINE_PRELOAD: libraries
 # preloaded first (a sanitizer runtime).
 b=$1
 d="$b/mt_engine_test"
@@ -28,3 +29,18 @@ echo "mt_engine: ${line#\[ncclmpi\] }"
 case "$line" in
 *" 0 taken over"*|"") echo "mt_engine: FAIL: no new communicator took over a kept NCCL communicator"; exit 1 ;;
 esac
+# the same at 2 and 3 ranks, each with a device of its own, on the stand-in NCCL's shared-memory
+# mode: the threads' communicators made, taken over and used at once on every rank, their NCCL
+# calls compared across the ranks (a difference aborts), sums checked over the ranks
+for np in 2 3; do
+  FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0 timeout 120 "$b/test/run_mpi.sh" $np preload "$prog" \
+    >"$d/out" 2>"$d/err"
+  rc=$?
+  if [ $rc != 0 ] || [ "$(grep -c "mt_engine_prog: ok" "$d/out")" != $np ]; then
+    echo "mt_engine: FAIL at $np ranks (exit $rc$([ $rc = 124 ] && echo ': timed out, a hang'))"
+    cat "$d/out"
+    tail -30 "$d/err"
+    exit 1
+  fi
+  echo "mt_engine: $np ranks: $(head -1 "$d/out" | sed 's/^mt_engine_prog: //'); $(grep "device communicators" "$d/err" | sed 's/^\[ncclmpi\] //')"
+done

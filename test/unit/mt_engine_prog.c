@@ -53,15 +53,17 @@ static void poison(int *p)
 {
     for (int i = 0; i < N; i++) p[i] = -77;
 }
-static void check(const int *p, int t, int it, int k, const char *what)
+static int nranks = 1;  /* a sum over the ranks of equal inputs: nranks times the input */
+static void check_times(const int *p, int t, int it, int k, const char *what, int times)
 {
     for (int i = 0; i < N; i++)
-        if (p[i] != value(t, it, k, i)) {
+        if (p[i] != times * value(t, it, k, i)) {
             fail("thread %d iteration %d %s (buffer %d): element %d is %d, expected %d", t, it, what, k, i, p[i],
-                 value(t, it, k, i));
+                 times * value(t, it, k, i));
             return;
         }
 }
+static void check(const int *p, int t, int it, int k, const char *what) { check_times(p, t, it, k, what, nranks); }
 static void ok(int rc, int t, int it, const char *what)
 {
     if (rc != MPI_SUCCESS) fail("thread %d iteration %d: %s returned %d", t, it, what, rc);
@@ -99,7 +101,7 @@ static void *run(void *arg)
         /* a broadcast, and a host-buffer call on the same communicator */
         fill(dev(t, 0), t, it, 7);
         ok(MPI_Bcast(dev(t, 0), N, MPI_INT, 0, c), t, it, "MPI_Bcast");
-        check(dev(t, 0), t, it, 7, "bcast");
+        check_times(dev(t, 0), t, it, 7, "bcast", 1);
         fill(host, t, it, 8);
         ok(MPI_Allreduce(MPI_IN_PLACE, host, N, MPI_INT, MPI_SUM, c), t, it, "host MPI_Allreduce");
         check(host, t, it, 8, "host allreduce");
@@ -133,6 +135,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 77;
     }
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     void *drv = stand_in_driver("mt_engine_prog", THREADS * BUFS_PER_THREAD, N * sizeof(int), bufs);
     group_begin = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
     group_end = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_end");
