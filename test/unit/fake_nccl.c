@@ -53,12 +53,25 @@ static ncclResult_t make(ncclComm_t *c, int nranks)
  * grows), each checks that every rank made the same call and combines the slots in rank order,
  * and all meet again before a slot is reused. A rank that makes another call than its peers (a
  * different kind, count, type, op or root) is reported and aborts; one that makes none leaves its
- * peers waiting (the test's time limit). Point-to-point calls and splits are refused. */
-enum { SLOT = 8 << 20, MAXR = 8 };
+ * peers waiting (the test's time limit). Sends and receives: below; splits are refused. */
+enum { SLOT = 8 << 20, MAXR = 8, BOX = 1 << 20, MAXP = 256 };
 struct desc { int kind, type, op, root; size_t count; };
 struct shm_slot { struct desc d; char pad[64 - sizeof(struct desc)]; char data[SLOT]; };
 struct shm_head { _Atomic unsigned long arrived; char pad[56]; struct shm_slot slot[MAXR]; };
-struct shm_comm { struct ncclComm base; int rank; unsigned long meetings; struct shm_head *h; };
+/* a mailbox from one rank to another: chunks of a group's sends, in order (posted > taken: one
+ * waits, of len bytes) */
+struct shm_box { _Atomic unsigned long posted, taken; size_t len; char pad[40]; char data[BOX]; };
+struct p2p { int send, peer; char *p; size_t bytes, done; int started; };
+struct shm_comm {
+    struct ncclComm base;
+    int rank;
+    unsigned long meetings;
+    struct shm_head *h;
+    struct shm_box *box;   /* [from * nranks + to] */
+    struct p2p pend[MAXP]; /* this group's sends and receives, in call order */
+    int npend;
+    size_t bytes;          /* the segment's */
+};
 
 static int shm_mode(void)
 {
@@ -89,7 +102,8 @@ static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id
     snprintf(name, sizeof(name), "%.60s", id->internal);
     int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
     if (fd < 0) return ncclSystemError;
-    const size_t bytes = offsetof(struct shm_head, slot) + (size_t)nranks * sizeof(struct shm_slot);
+    const size_t head = offsetof(struct shm_head, slot) + (size_t)nranks * sizeof(struct shm_slot);
+    const size_t bytes = head + (size_t)nranks * (size_t)nranks * sizeof(struct shm_box);
     void *p = ftruncate(fd, (off_t)bytes) == 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     close(fd);
     if (p == MAP_FAILED) return ncclSystemError;
@@ -97,14 +111,16 @@ static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id
     c->base.nranks = nranks;
     c->rank = rank;
     c->h = p;
+    c->box = (struct shm_box *)(void *)((char *)p + head);
+    c->bytes = bytes;
     shm_meet(c);  /* every rank has mapped it: its name can go */
     shm_unlink(name);
     *out = &c->base;
     return ncclSuccess;
 }
 
-static const char *const kinds[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter"};
-enum { K_ALLREDUCE, K_BCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER };
+static const char *const kinds[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"};
+enum { K_ALLREDUCE, K_BCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL, K_GATHER, K_SCATTER };
 
 #define COMBINE(T)                                                                                \
     do {                                                                                          \
@@ -176,12 +192,85 @@ static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, s
         rc = combine(r, part, nr, d.count, (ncclDataType_t)d.type, (ncclRedOp_t)d.op);
         break;
     }
+    case K_ALLTOALL:
+        for (int q = 0; q < nr; q++) memcpy((char *)r + (size_t)q * d.count * es, src[q] + (size_t)c->rank * d.count * es, d.count * es);
+        break;
+    case K_GATHER:
+        if (c->rank == d.root)
+            for (int q = 0; q < nr; q++) memcpy((char *)r + (size_t)q * d.count * es, src[q], d.count * es);
+        break;
+    case K_SCATTER: memcpy(r, src[d.root] + (size_t)c->rank * d.count * es, d.count * es); break;
     }
     shm_meet(c);  /* every rank has read the slots */
     return rc;
 }
 
 static struct shm_comm *shm_of(ncclComm_t c) { return c && c->nranks > 1 ? (struct shm_comm *)(void *)c : NULL; }
+
+/* Sends and receives of several ranks run at the group's end (ncclGroupEnd), pairwise through the
+ * mailboxes: each pass moves what it can (a send's next chunk into an empty box, a receive's next
+ * chunk out of a full one; per peer and direction in call order), the real MPI progressed between
+ * passes, until every one is done. A receive of another size than its send is reported. */
+static _Thread_local int group_depth;
+static _Thread_local struct shm_comm *group_comms[16];
+static _Thread_local int ngroup_comms;
+
+static ncclResult_t p2p_run(struct shm_comm *c)
+{
+    const int nr = c->base.nranks;
+    for (unsigned spin = 0;; spin++) {
+        int left = 0;
+        unsigned char blocked[2][MAXR] = {{0}};  /* a peer's earlier op in that direction is pending */
+        for (int i = 0; i < c->npend; i++) {
+            struct p2p *o = &c->pend[i];
+            if (o->started && o->done == o->bytes) continue;
+            left++;
+            if (blocked[o->send][o->peer]) continue;
+            blocked[o->send][o->peer] = 1;
+            struct shm_box *b = &c->box[o->send ? c->rank * nr + o->peer : o->peer * nr + c->rank];
+            const unsigned long posted = atomic_load(&b->posted), taken = atomic_load(&b->taken);
+            if (o->send && posted == taken) {
+                const size_t n = o->bytes - o->done < BOX ? o->bytes - o->done : BOX;
+                if (n) memcpy(b->data, o->p + o->done, n);
+                b->len = n;
+                o->done += n;
+                o->started = 1;
+                atomic_fetch_add(&b->posted, 1);
+            } else if (!o->send && posted > taken) {
+                const size_t n = b->len;
+                if (o->done + n > o->bytes || (n < BOX && o->done + n != o->bytes)) {
+                    fprintf(stderr, "stand-in NCCL: rank %d receives %zu bytes from rank %d, which sends %zu (or more)\n",
+                            c->rank, o->bytes, o->peer, o->done + n);
+                    abort();
+                }
+                if (n) memcpy(o->p + o->done, b->data, n);
+                o->done += n;
+                o->started = 1;
+                atomic_fetch_add(&b->taken, 1);
+            }
+        }
+        if (!left) break;
+        int flag;
+        if (spin % 16 == 15) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+        sched_yield();
+    }
+    c->npend = 0;
+    return ncclSuccess;
+}
+
+static ncclResult_t p2p_add(struct shm_comm *c, int send, int peer, const void *p, size_t bytes)
+{
+    if (peer < 0 || peer >= c->base.nranks || c->npend == MAXP) return ncclInvalidUsage;
+    c->pend[c->npend++] = (struct p2p){send, peer, (char *)(uintptr_t)p, bytes, 0, 0};
+    if (group_depth == 0) return p2p_run(c);
+    int k = 0;
+    while (k < ngroup_comms && group_comms[k] != c) k++;
+    if (k == ngroup_comms) {
+        if (k == 16) return ncclInvalidUsage;
+        group_comms[ngroup_comms++] = c;
+    }
+    return ncclSuccess;
+}
 
 EXPORT ncclResult_t ncclGetVersion(int *v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
 EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
@@ -211,7 +300,7 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t *
 static ncclResult_t drop(ncclComm_t c)
 {
     struct shm_comm *m = shm_of(c);
-    if (m) munmap(m->h, offsetof(struct shm_head, slot) + (size_t)c->nranks * sizeof(struct shm_slot));
+    if (m) munmap(m->h, m->bytes);
     free(c);
     return ncclSuccess;
 }
@@ -220,8 +309,21 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { return drop(c); }
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) { (void)c; *e = ncclSuccess; return ncclSuccess; }
 EXPORT const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "stand-in NCCL error"; }
 EXPORT const char *ncclGetLastError(ncclComm_t c) { (void)c; return ""; }
-EXPORT ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-EXPORT ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+EXPORT ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+EXPORT ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth == 0) return ncclInvalidUsage;
+    if (--group_depth > 0) return ncclSuccess;
+    ncclResult_t rc = ncclSuccess;
+    for (int k = 0; k < ngroup_comms; k++)
+        if (rc == ncclSuccess) rc = p2p_run(group_comms[k]);
+    ngroup_comms = 0;
+    return rc;
+}
 EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
@@ -260,19 +362,22 @@ EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclData
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
-    if (shm_of(c)) return ncclInvalidUsage;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_ALLTOALL, t, -1, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t) * (size_t)c->nranks);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
-    (void)root; (void)st;
-    if (shm_of(c)) return ncclInvalidUsage;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_GATHER, t, -1, root, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclScatter(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
-    (void)root; (void)st;
-    if (shm_of(c)) return ncclInvalidUsage;
+    (void)st;
+    struct shm_comm *m = shm_of(c);
+    if (m) return shm_coll(m, (struct desc){K_SCATTER, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t));
     return copy(s, r, n, t);
 }
 /* one rank: a send to itself meets its receive (in call order, within or across groups: the
@@ -293,7 +398,7 @@ static ncclResult_t meet(void)
 EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
-    if (shm_of(c)) return ncclInvalidUsage;
+    if (shm_of(c)) return p2p_add(shm_of(c), 1, peer, s, n * tsize(t));
     if (peer != 0 || nsends == PEND) return ncclInvalidUsage;
     sends[nsends].s = s;
     sends[nsends++].bytes = n * tsize(t);
@@ -302,7 +407,7 @@ EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer
 EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
-    if (shm_of(c)) return ncclInvalidUsage;
+    if (shm_of(c)) return p2p_add(shm_of(c), 0, peer, r, n * tsize(t));
     if (peer != 0 || nrecvs == PEND) return ncclInvalidUsage;
     recvs[nrecvs].r = r;
     recvs[nrecvs++].bytes = n * tsize(t);

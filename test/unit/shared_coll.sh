@@ -3,7 +3,8 @@
 # device window (test/mpi/shared_coll.c) on the stand-in CUDA driver, whose memory other processes
 # open through its CUDA IPC (FAKE_CUDA_IPC=1) and whose copy and reduction kernels run in the
 # caller (FAKE_CUDA_KERNELS=1), at 2, 3, 4 and 12 ranks (the window takes up to 32), every size on
-# the window in 64 KiB chunks; then communicators made and freed in a loop (NCCLMPI_COMM_CACHE).
+# the window in 64 KiB chunks; then communicators made and freed in a loop (NCCLMPI_COMM_CACHE);
+# then, with a device per rank, the same on the NCCL route (the stand-in NCCL's several ranks).
 b=$1
 d="$b/shared_coll_test"
 prog="$b/test/unit/shared_coll_prog"
@@ -32,5 +33,13 @@ for c in 2:1 2:3 2:4 1:3 r:3 0:4; do
     { echo "shared_coll: FAIL: NCCLMPI_STATS does not say $made made, $reused taken over:"; grep "device communicators" "$d/err"; fail=1; }
   if [ "$cache" = 0 ] && [ "$reused" != 0 ]; then echo "shared_coll: FAIL: one taken over with NCCLMPI_COMM_CACHE=0"; fail=1; fi
   if [ "$cache" = 2 ] && [ "$reused" -lt $((np * 8)) ]; then echo "shared_coll: FAIL: fewer taken over than expected"; fail=1; fi
+done
+# a device of its own per rank and the stand-in NCCL's several-rank mode: the same cases on the NCCL
+# route (its bodies: NCCL's collectives, grouped sends and receives, packing, per-rank types)
+# against the real MPI, at 2 and 3 ranks (the stand-in has 3 devices), communicators taken over
+unset NCCLMPI_LOG NCCLMPI_LOG_SUBSYS NCCLMPI_COMM_CACHE NCCLMPI_SHARED_MIN NCCLMPI_SHARED_SLOT
+export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0 SHARED_COLL_ROUTE=nccl
+for np in 2 3; do
+  stand_in_run shared_coll "$b" "$d" "one device per rank, the NCCL route" $np "$prog" || fail=1
 done
 exit $fail
