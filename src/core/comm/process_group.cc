@@ -187,6 +187,7 @@ void ProcessGroup::event_put(CUevent ev)
 CUdeviceptr ProcessGroup::stream_buffer(size_t bytes)
 {
     if (bytes <= sbuf_cap_) return sbuf_;
+    if (bytes > kStreamBufferMax) return 0;
     if (sbuf_) cu.cuMemFreeAsync(sbuf_, stream_);  // stream-ordered: after its earlier users
     sbuf_cap_ = std::max(bytes, 2 * sbuf_cap_);
     if (cu.cuMemAllocAsync(&sbuf_, sbuf_cap_, stream_) != CUDA_SUCCESS) {

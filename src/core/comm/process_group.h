@@ -86,8 +86,10 @@ class ProcessGroup {
     ncclComm_t nccl_comm() const { return nccl_; }
     CUstream stream() const { return stream_; }
     // A device buffer of at least `bytes` for work queued on stream() only, in its order (the
-    // fused allreduces of a group: tl/nccl/fuse.h): kept for the next use, grown when short;
-    // 0 when it cannot be had. Called under use_mu().
+    // fused allreduces of a group: tl/nccl/fuse.h): kept for the next use, grown when short, up to
+    // kStreamBufferMax (a larger need is the caller's to allocate); 0 when it cannot be had.
+    // Called under use_mu().
+    static constexpr size_t kStreamBufferMax = 64u << 20;
     CUdeviceptr stream_buffer(size_t bytes);
     CUcontext ctx() const { return ctx_; }
     int device() const { return device_; }
