@@ -1,0 +1,17 @@
+#!/bin/sh
+# triggers.sh BUILDDIR: bursts of nonblocking device allreduces on the NCCL route reached through
+# different calls on different ranks (test/unit/triggers_prog.c), at 2 and 3 ranks, each with a
+# device of its own on the stand-in driver and the stand-in NCCL's several-rank mode (which aborts
+# where the ranks' NCCL calls differ); with fusing (integers: at every size) and without.
+b=$1
+d="$b/triggers_test"
+prog="$b/test/unit/triggers_prog"
+. "$(dirname "$0")/stand_in.sh"
+stand_in triggers "$b" "$d" "$prog"
+export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_KERNELS=1 NCCLMPI_ONESHOT=0
+fail=0
+for np in 2 3; do
+  stand_in_run triggers_prog "$b" "$d" "fused" $np "$prog" || fail=1
+  NCCLMPI_FUSE=off stand_in_run triggers_prog "$b" "$d" "NCCLMPI_FUSE=off" $np "$prog" || fail=1
+done
+exit $fail
