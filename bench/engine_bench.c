@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ncclmpi.h"
+
 #include "bench_util.h"
 
 #define CK CUDACHECK
@@ -544,6 +546,14 @@ int main(int argc, char **argv)
     if (rank == 0) printf("%-44s %10.2f (target <= 2)\n", "churn ratio after/before", churn[1] / churn[0]);
     if (rank == 0 && csv) fprintf(csv, "churn ratio,%d,20,0,%.3f,%.4f\n", size, churn[1] / churn[0], churn[1] / churn[0]);
     report("first device collective on a fresh comm (ms)", create_ms, 0);
+    {  /* how many of the nonblocking allreduces ncclmpi ran on NCCL shared NCCL calls (NCCLMPI_FUSE) */
+        int (*route)(const char *, int, unsigned long long *) =
+            (int (*)(const char *, int, unsigned long long *))dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
+        unsigned long long nccl = 0, fused = 0;
+        if (route && rank == 0 && route("Iallreduce", NCCLMPI_ROUTE_NCCL, &nccl) == 0 &&
+            route("Iallreduce", NCCLMPI_ROUTE_FUSED, &fused) == 0)
+            printf("%-44s %10llu of %llu MPI_Iallreduce on NCCL (rank 0)\n", "fused into shared NCCL calls", fused, nccl);
+    }
 
     MPI_Comm_free(&c);
     ncclCommDestroy(nc);
