@@ -109,12 +109,16 @@ static void *dev_new(size_t n)
 static void dev_free(void *p) { stand_in_give(bufs, used, NBUF, p); }
 static void host_free(void *p) { free(p); }
 static void *host_new(size_t n) { return malloc(n); }
-static void h2d(void *d, const void *h, size_t n) { memcpy(d, h, n); }
-static void d2h(void *h, const void *d, size_t n) { memcpy(h, d, n); }
-static void poison_dev(void *d, size_t n) { memset(d, 0xA5, n); }
-static void h2d_now(void *d, const void *h, size_t n) { memcpy(d, h, n); }
-static void d2h_now(void *h, const void *d, size_t n) { memcpy(h, d, n); }
-static void sync_stream(void) {}
+/* the stand-in driver's copies, in the stream's order as a GPU's (they run later where its
+ * streams do: FAKE_CUDA_ASYNC=1) */
+static CUresult (*copy_fn)(CUdeviceptr, CUdeviceptr, size_t, CUstream), (*copy_now_fn)(CUdeviceptr, CUdeviceptr, size_t);
+static CUresult (*set_fn)(CUdeviceptr, unsigned char, size_t, CUstream), (*sync_fn)(CUstream);
+static void h2d(void *d, const void *h, size_t n) { copy_fn((CUdeviceptr)d, (CUdeviceptr)h, n, S); }
+static void d2h(void *h, const void *d, size_t n) { copy_fn((CUdeviceptr)h, (CUdeviceptr)d, n, S); }
+static void poison_dev(void *d, size_t n) { set_fn((CUdeviceptr)d, 0xA5, n, S); }
+static void h2d_now(void *d, const void *h, size_t n) { copy_now_fn((CUdeviceptr)d, (CUdeviceptr)h, n); }
+static void d2h_now(void *h, const void *d, size_t n) { copy_now_fn((CUdeviceptr)h, (CUdeviceptr)d, n); }
+static void sync_stream(void) { sync_fn(S); }
 static CUresult (*create_fn)(CUstream *, unsigned);
 static strm_t new_stream(void)
 {
@@ -122,14 +126,18 @@ static strm_t new_stream(void)
     if (!create_fn || create_fn(&t, 0)) MPI_Abort(MPI_COMM_WORLD, 2);
     return t;
 }
-static void sync_on(strm_t t) { (void)t; }
+static void sync_on(strm_t t) { sync_fn(t); }
 static int dev_init(int lrank)
 {
     (void)lrank;
     void *h = stand_in_driver("mpix_stream", NBUF, BUFSZ, bufs);
     create_fn = h ? (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate") : NULL;
     destroy_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy") : NULL;
-    return create_fn && create_fn(&S, 0) == CUDA_SUCCESS;
+    copy_fn = h ? (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))dlsym(h, "cuMemcpyAsync") : NULL;
+    copy_now_fn = h ? (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))dlsym(h, "cuMemcpy") : NULL;
+    set_fn = h ? (CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))dlsym(h, "cuMemsetD8Async") : NULL;
+    sync_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamSynchronize") : NULL;
+    return create_fn && copy_fn && copy_now_fn && set_fn && sync_fn && create_fn(&S, 0) == CUDA_SUCCESS;
 }
 static int hold_stream(void) { return 0; }
 static void release_stream(void) {}

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -127,6 +129,90 @@ static int my_device(void)
     return d;
 }
 
+/* FAKE_CUDA_ASYNC=1: streams run later, as a GPU's do. Each stream is a queue that a thread of its
+ * own runs in order (the legacy stream one more); copies, kernels, memory writes, event records and
+ * waits, frees and the stand-in NCCL's calls (fake_cuda_enqueue) go there, and the host's
+ * synchronizations wait for them. Without it, everything runs in the caller at once. */
+struct fq_item { void (*fn)(void *); void *arg; struct fq_item *next; };
+struct fq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct fq_item *head, *tail;  /* the head runs until it is done */
+    int started;
+};
+static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+static int async_on(void)
+{
+    static int a = -1;
+    if (a < 0) {
+        const char *e = getenv("FAKE_CUDA_ASYNC");
+        a = e && *e == '1';
+    }
+    return a;
+}
+static struct fq *q_of(CUstream s)
+{
+    return !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ? &legacy_q : (struct fq *)(void *)s;
+}
+static void *fq_run(void *p)
+{
+    struct fq *q = p;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->head) pthread_cond_wait(&q->cv, &q->mu);
+        struct fq_item *it = q->head;
+        pthread_mutex_unlock(&q->mu);
+        it->fn(it->arg);
+        free(it->arg);
+        pthread_mutex_lock(&q->mu);
+        q->head = it->next;
+        if (!q->head) q->tail = NULL;
+        free(it);
+        pthread_cond_broadcast(&q->cv);
+    }
+    return NULL;
+}
+/* fn(a copy of the n bytes at arg) on stream s: later, in order (FAKE_CUDA_ASYNC=1), else now */
+EXPORT void fake_cuda_enqueue(CUstream s, void (*fn)(void *), const void *arg, size_t n)
+{
+    if (!async_on()) {
+        fn((void *)(uintptr_t)arg);
+        return;
+    }
+    void *a = malloc(n ? n : 1);
+    memcpy(a, arg, n);
+    struct fq *q = q_of(s);
+    struct fq_item *it = calloc(1, sizeof(*it));
+    it->fn = fn;
+    it->arg = a;
+    pthread_mutex_lock(&q->mu);
+    if (!q->started) {
+        pthread_t th;
+        pthread_create(&th, NULL, fq_run, q);
+        pthread_detach(th);
+        q->started = 1;
+    }
+    if (q->tail) q->tail->next = it;
+    else q->head = it;
+    q->tail = it;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+static void fq_drain(struct fq *q)
+{
+    if (!async_on()) return;
+    pthread_mutex_lock(&q->mu);
+    while (q->head) pthread_cond_wait(&q->cv, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+}
+static int fq_idle(struct fq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    const int idle = q->head == NULL;
+    pthread_mutex_unlock(&q->mu);
+    return idle;
+}
+
 EXPORT unsigned long fake_cuda_pointer_queries; /* cuPointerGetAttributes calls (test/unit/host_ranges.sh) */
 EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **vals, CUdeviceptr p)
 {
@@ -172,7 +258,12 @@ EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevicept
 }
 EXPORT CUresult cuMemFree(CUdeviceptr p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc(p, n); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return cuMemFree(p); }
+static void free_later(void *a) { cuMemFree(*(CUdeviceptr *)a); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    fake_cuda_enqueue(s, free_later, &p, sizeof(p));
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuMemAllocHost(void **p, size_t n)
 {
     *p = map_zeroed(n);
@@ -187,19 +278,46 @@ EXPORT int fake_cuda_fail_copies; /* nonzero: every copy fails (a test's failure
 EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
     if (fake_cuda_fail_copies) return CUDA_ERROR_UNKNOWN;
+    fq_drain(&legacy_q);  /* (synchronous: after the legacy stream's work) */
     memmove((void *)d, (const void *)s, n);
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return cuMemcpy(d, s, n); }
-EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)d, v, n); return CUDA_SUCCESS; }
-EXPORT CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream st)
+struct copy_args { CUdeviceptr d, s; size_t n; int v; };
+static void copy_later(void *a)
 {
-    (void)st;
+    const struct copy_args *c = a;
+    memmove((void *)c->d, (const void *)c->s, c->n);
+}
+static void set_later(void *a)
+{
+    const struct copy_args *c = a;
+    memset((void *)c->d, c->v, c->n);
+}
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
+{
+    if (fake_cuda_fail_copies) return CUDA_ERROR_UNKNOWN;
+    const struct copy_args c = {d, s, n, 0};
+    fake_cuda_enqueue(st, copy_later, &c, sizeof(c));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st)
+{
+    const struct copy_args c = {d, 0, n, v};
+    fake_cuda_enqueue(st, set_later, &c, sizeof(c));
+    return CUDA_SUCCESS;
+}
+static void copy2d_later(void *a)
+{
+    const CUDA_MEMCPY2D *c = a;
     const char *src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (const char *)c->srcHost : (const char *)c->srcDevice;
     char *dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (char *)c->dstHost : (char *)c->dstDevice;
     src += c->srcY * c->srcPitch + c->srcXInBytes;
     dst += c->dstY * c->dstPitch + c->dstXInBytes;
     for (size_t r = 0; r < c->Height; r++) memmove(dst + r * c->dstPitch, src + r * c->srcPitch, c->WidthInBytes);
+}
+EXPORT CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream st)
+{
+    fake_cuda_enqueue(st, copy2d_later, c, sizeof(*c));
     return CUDA_SUCCESS;
 }
 
@@ -216,18 +334,39 @@ static int event_token;
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
 {
     (void)flags;
-    *s = (CUstream)malloc(1);
-    return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    struct fq *q = calloc(1, sizeof(*q));
+    if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    *s = (CUstream)(void *)q;
+    return CUDA_SUCCESS;
 }
-EXPORT CUresult cuStreamDestroy(CUstream s) { free(s); return CUDA_SUCCESS; }
+/* (its thread stays, idle: a stand-in) */
+EXPORT CUresult cuStreamDestroy(CUstream s)
+{
+    struct fq *q = q_of(s);
+    fq_drain(q);
+    if (!q->started && q != &legacy_q) free(q);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { (void)s; *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s; (void)e; (void)f; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+    fq_drain(q_of(s));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamQuery(CUstream s) { return !async_on() || fq_idle(q_of(s)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+struct write_args { CUdeviceptr a; cuuint64_t v; };
+static void write_later(void *a)
+{
+    const struct write_args *w = a;
+    __atomic_store_n((cuuint64_t *)w->a, w->v, __ATOMIC_RELEASE);
+}
 EXPORT CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f)
 {
-    (void)s; (void)f;
-    *(volatile cuuint64_t *)a = v;
+    (void)f;
+    const struct write_args w = {a, v};
+    fake_cuda_enqueue(s, write_later, &w, sizeof(w));
     return CUDA_SUCCESS;
 }
 /* Kernels. By default there are none (and CUDA IPC only with FAKE_CUDA_IPC=1): the one-shot path
@@ -298,6 +437,11 @@ FAKE_RED(int32_t, 1) FAKE_RED(uint32_t, 1) FAKE_RED(int64_t, 1) FAKE_RED(uint64_
 #define FAKE_BITS(T) return 0;
 FAKE_RED(float, 0) FAKE_RED(double, 0)
 
+static void copyv_later(void *p)
+{
+    const struct { nm_copyv_args_t a; unsigned n; } *c = p;
+    for (unsigned y = 0; y < c->n; y++) memmove(c->a.r[y].dst, c->a.r[y].src, c->a.r[y].bytes);
+}
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, CUstream s, void **params, void **extra)
 {
@@ -305,11 +449,14 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     const char *name = (const char *)(void *)f;
     if (!kernels_on() || !name || !params) return CUDA_ERROR_NOT_SUPPORTED;
     if (!strcmp(name, NM_COPYV_KERNEL)) {
-        const nm_copyv_args_t *a = (const nm_copyv_args_t *)params[0];
-        for (unsigned y = 0; y < gy && y < NM_COPYV_MAX; y++) memmove(a->r[y].dst, a->r[y].src, a->r[y].bytes);
+        struct copyv_args { nm_copyv_args_t a; unsigned n; } c;
+        c.a = *(const nm_copyv_args_t *)params[0];
+        c.n = gy < NM_COPYV_MAX ? gy : NM_COPYV_MAX;
+        fake_cuda_enqueue(s, copyv_later, &c, sizeof(c));
         fake_cuda_kernel_launches++;
         return CUDA_SUCCESS;
     }
+    fq_drain(q_of(s));  /* (the others run in the caller, after the stream's work) */
     static const char *const kinds[] = {"i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64"};
     static int (*const red[])(const nm_sh_args_t *) = {red_int8_t, red_uint8_t, red_int16_t, red_uint16_t, red_int32_t,
                                                         red_uint32_t, red_int64_t, red_uint64_t, red_float, red_double};
@@ -363,6 +510,7 @@ EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e)
 {
     (void)e;
+    if (async_on()) return CUDA_ERROR_NOT_SUPPORTED;  /* (an event of its own per handle: not across processes) */
     memset(h, 0, sizeof(*h));
     h->reserved[0] = 0x1e;
     return CUDA_SUCCESS;
@@ -373,15 +521,56 @@ EXPORT CUresult cuIpcOpenEventHandle(CUevent *e, CUipcEventHandle h)
     *e = (CUevent)&event_token;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)&event_token; return CUDA_SUCCESS; }
+/* FAKE_CUDA_ASYNC=1: an event of its own per handle, standing for its latest record: a record is a
+ * flag its stream sets when it gets there, and a stream's wait or the host's query looks at the
+ * record the event stood for then (as CUDA's: a later record does not move an earlier wait).
+ * Records stay allocated (a stand-in's test is short). */
+struct frec { int done; };
+struct fev { struct frec *latest; };
+static struct frec rec_done = {1};
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
+{
+    (void)flags;
+    if (!async_on()) {
+        *e = (CUevent)&event_token;
+        return CUDA_SUCCESS;
+    }
+    struct fev *v = calloc(1, sizeof(*v));
+    v->latest = &rec_done;  /* (never recorded: complete) */
+    *e = (CUevent)(void *)v;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static void record_later(void *a) { __atomic_store_n(&(*(struct frec **)a)->done, 1, __ATOMIC_RELEASE); }
+static int rec_is_done(struct frec *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
+static void wait_later(void *a)
+{
+    struct frec *r = *(struct frec **)a;
+    while (!rec_is_done(r)) sched_yield();
+}
+static struct frec *latest(CUevent e) { return __atomic_load_n(&((struct fev *)(void *)e)->latest, __ATOMIC_ACQUIRE); }
 /* events recorded on the legacy stream (bench/device_overhead prints how many a call made) */
 EXPORT unsigned long fake_cuda_legacy_records;
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
-    (void)e;
     if (s == CU_STREAM_LEGACY) fake_cuda_legacy_records++;
+    if (!async_on()) return CUDA_SUCCESS;
+    struct frec *r = calloc(1, sizeof(*r));
+    __atomic_store_n(&((struct fev *)(void *)e)->latest, r, __ATOMIC_RELEASE);
+    fake_cuda_enqueue(s, record_later, &r, sizeof(r));
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
-EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f)
+{
+    (void)f;
+    if (!async_on()) return CUDA_SUCCESS;
+    struct frec *r = latest(e);
+    if (!rec_is_done(r)) fake_cuda_enqueue(s, wait_later, &r, sizeof(r));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventQuery(CUevent e) { return !async_on() || rec_is_done(latest(e)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+EXPORT CUresult cuEventSynchronize(CUevent e)
+{
+    while (cuEventQuery(e) == CUDA_ERROR_NOT_READY) sched_yield();
+    return CUDA_SUCCESS;
+}

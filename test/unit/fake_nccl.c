@@ -5,6 +5,7 @@
  * receive buffer, a send to itself a copy into its receive. More than one rank is refused (ncclmpi
  * then takes the staged path), unless FAKE_NCCL_SHM=1: then the ranks of a communicator meet in a
  * shared-memory segment named by its unique id (below, "Several ranks"). Not a model of NCCL. */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -70,6 +71,8 @@ struct shm_comm {
     struct shm_box *box;   /* [from * nranks + to] */
     struct p2p pend[MAXP]; /* this group's sends and receives, in call order */
     int npend;
+    cudaStream_t st;       /* their stream */
+    _Atomic int queued;    /* calls waiting on their streams (FAKE_CUDA_ASYNC=1) */
     size_t bytes;          /* the segment's */
 };
 
@@ -79,20 +82,39 @@ static int shm_mode(void)
     return e && *e == '1';
 }
 
-/* The real NCCL returns at once and runs the call on the GPU; here the host waits for the peers
- * at the call. So that a peer can reach it, the wait keeps the real MPI progressing: what ncclmpi
- * posted before its launch (a coalescing round) completes meanwhile, as it would while a GPU ran
- * the call. (A program whose peer needs this rank's next MPI call first would wait here forever,
- * where a GPU would not: the tests that use this mode make no such call.) */
+/* The real NCCL returns at once and runs the call on the GPU. Here, by default, the host waits for
+ * the peers at the call; so that a peer can reach it, the wait keeps the real MPI progressing: what
+ * ncclmpi posted before its launch (a coalescing round) completes meanwhile, as it would while a
+ * GPU ran the call. (A program whose peer needs this rank's next MPI call first would wait here
+ * forever, where a GPU would not.) With the stand-in driver's FAKE_CUDA_ASYNC=1 the call runs as
+ * its stream's work instead, on the stream's own thread (no MPI there), and the host returns. */
+static _Thread_local int on_stream;  /* running as a stream's work (FAKE_CUDA_ASYNC=1): no MPI here */
+static void progress(unsigned spin)
+{
+    int flag;
+    if (!on_stream && spin % 16 == 15) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+    sched_yield();
+}
 static void shm_meet(struct shm_comm *c)
 {
     const unsigned long target = ++c->meetings * (unsigned long)c->base.nranks;
     atomic_fetch_add(&c->h->arrived, 1);
-    for (unsigned spin = 0; atomic_load(&c->h->arrived) < target; spin++) {
-        int flag;
-        if (spin % 16 == 15) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
-        sched_yield();
+    for (unsigned spin = 0; atomic_load(&c->h->arrived) < target; spin++) progress(spin);
+}
+
+/* With the stand-in driver's FAKE_CUDA_ASYNC=1, a call runs later as its stream's work
+ * (fake_cuda_enqueue), as a GPU runs it: the host returns at once. */
+typedef void (*enqueue_fn)(void *, void (*)(void *), const void *, size_t);
+static enqueue_fn stream_enqueue(void)
+{
+    static enqueue_fn f;
+    static int looked;
+    if (!looked) {
+        const char *e = getenv("FAKE_CUDA_ASYNC");
+        if (e && *e == '1') f = (enqueue_fn)dlsym(RTLD_DEFAULT, "fake_cuda_enqueue");
+        looked = 1;
     }
+    return f;
 }
 
 static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank)
@@ -153,9 +175,34 @@ static ncclResult_t combine(void *out, const char *const *src, int nr, size_t n,
     return ncclSuccess;
 }
 
+struct coll_args { struct shm_comm *c; struct desc d; const void *s; size_t mine; void *r; size_t rbytes; };
+static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes);
+static void coll_later(void *p)
+{
+    const struct coll_args *a = p;
+    on_stream = 1;
+    if (shm_coll_now(a->c, a->d, a->s, a->mine, a->r, a->rbytes) != ncclSuccess) {
+        fprintf(stderr, "stand-in NCCL: a call that ran as its stream's work failed\n");
+        abort();
+    }
+    atomic_fetch_sub(&a->c->queued, 1);
+}
+/* the call now, or as the stream's work (FAKE_CUDA_ASYNC=1) */
+static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes,
+                             cudaStream_t st)
+{
+    enqueue_fn q = stream_enqueue();
+    if (!q) return shm_coll_now(c, d, s, mine, r, rbytes);
+    if (mine > SLOT || rbytes > SLOT * (size_t)c->base.nranks) return ncclInvalidUsage;
+    const struct coll_args a = {c, d, s, mine, r, rbytes};
+    atomic_fetch_add(&c->queued, 1);
+    q(st, coll_later, &a, sizeof(a));
+    return ncclSuccess;
+}
+
 /* One collective of several ranks: `mine` bytes of this rank's contribution go into its slot;
  * after the meeting, every rank checks the calls match, then `finish` reads the slots. */
-static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes)
+static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes)
 {
     const int nr = c->base.nranks;
     if (mine > SLOT || rbytes > SLOT * (size_t)nr) return ncclInvalidUsage;
@@ -215,14 +262,14 @@ static _Thread_local int group_depth;
 static _Thread_local struct shm_comm *group_comms[16];
 static _Thread_local int ngroup_comms;
 
-static ncclResult_t p2p_run(struct shm_comm *c)
+static void p2p_moves(struct shm_comm *c, struct p2p *pend, int npend)
 {
     const int nr = c->base.nranks;
     for (unsigned spin = 0;; spin++) {
         int left = 0;
         unsigned char blocked[2][MAXR] = {{0}};  /* a peer's earlier op in that direction is pending */
-        for (int i = 0; i < c->npend; i++) {
-            struct p2p *o = &c->pend[i];
+        for (int i = 0; i < npend; i++) {
+            struct p2p *o = &pend[i];
             if (o->started && o->done == o->bytes) continue;
             left++;
             if (blocked[o->send][o->peer]) continue;
@@ -250,17 +297,40 @@ static ncclResult_t p2p_run(struct shm_comm *c)
             }
         }
         if (!left) break;
-        int flag;
-        if (spin % 16 == 15) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
-        sched_yield();
+        progress(spin);
+    }
+}
+struct p2p_args { struct shm_comm *c; int npend; struct p2p pend[MAXP]; };
+static void p2p_later(void *p)
+{
+    struct p2p_args *a = p;
+    on_stream = 1;
+    p2p_moves(a->c, a->pend, a->npend);
+    atomic_fetch_sub(&a->c->queued, 1);
+}
+/* the group's sends and receives on c: now, or as its stream's work (FAKE_CUDA_ASYNC=1) */
+static ncclResult_t p2p_run(struct shm_comm *c)
+{
+    enqueue_fn q = stream_enqueue();
+    if (q) {
+        struct p2p_args *a = malloc(sizeof(*a));
+        a->c = c;
+        a->npend = c->npend;
+        memcpy(a->pend, c->pend, sizeof(c->pend[0]) * (size_t)c->npend);
+        atomic_fetch_add(&c->queued, 1);
+        q(c->st, p2p_later, a, sizeof(*a));
+        free(a);
+    } else {
+        p2p_moves(c, c->pend, c->npend);
     }
     c->npend = 0;
     return ncclSuccess;
 }
 
-static ncclResult_t p2p_add(struct shm_comm *c, int send, int peer, const void *p, size_t bytes)
+static ncclResult_t p2p_add(struct shm_comm *c, int send, int peer, const void *p, size_t bytes, cudaStream_t st)
 {
     if (peer < 0 || peer >= c->base.nranks || c->npend == MAXP) return ncclInvalidUsage;
+    c->st = st;  /* (a group's calls on one communicator share its stream) */
     c->pend[c->npend++] = (struct p2p){send, peer, (char *)(uintptr_t)p, bytes, 0, 0};
     if (group_depth == 0) return p2p_run(c);
     int k = 0;
@@ -300,6 +370,8 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t *
 static ncclResult_t drop(ncclComm_t c)
 {
     struct shm_comm *m = shm_of(c);
+    /* as NCCL's, after the communicator's calls still queued on streams */
+    while (m && atomic_load(&m->queued)) sched_yield();
     if (m) munmap(m->h, m->bytes);
     free(c);
     return ncclSuccess;
@@ -328,56 +400,56 @@ EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_ALLREDUCE, t, op, -1, n}, s, n * tsize(t), r, n * tsize(t));
+    if (m) return shm_coll(m, (struct desc){K_ALLREDUCE, t, op, -1, n}, s, n * tsize(t), r, n * tsize(t), st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_REDUCE, t, op, root, n}, s, n * tsize(t), r, n * tsize(t));
+    if (m) return shm_coll(m, (struct desc){K_REDUCE, t, op, root, n}, s, n * tsize(t), r, n * tsize(t), st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_BCAST, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t), r, n * tsize(t));
+    if (m) return shm_coll(m, (struct desc){K_BCAST, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t), r, n * tsize(t), st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_ALLGATHER, t, -1, -1, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks);
+    if (m) return shm_coll(m, (struct desc){K_ALLGATHER, t, -1, -1, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks, st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_REDUCE_SCATTER, t, op, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t));
+    if (m) return shm_coll(m, (struct desc){K_REDUCE_SCATTER, t, op, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t), st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_ALLTOALL, t, -1, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t) * (size_t)c->nranks);
+    if (m) return shm_coll(m, (struct desc){K_ALLTOALL, t, -1, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t) * (size_t)c->nranks, st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_GATHER, t, -1, root, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks);
+    if (m) return shm_coll(m, (struct desc){K_GATHER, t, -1, root, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks, st);
     return copy(s, r, n, t);
 }
 EXPORT ncclResult_t ncclScatter(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
     struct shm_comm *m = shm_of(c);
-    if (m) return shm_coll(m, (struct desc){K_SCATTER, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t));
+    if (m) return shm_coll(m, (struct desc){K_SCATTER, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t), st);
     return copy(s, r, n, t);
 }
 /* one rank: a send to itself meets its receive (in call order, within or across groups: the
@@ -398,7 +470,7 @@ static ncclResult_t meet(void)
 EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
-    if (shm_of(c)) return p2p_add(shm_of(c), 1, peer, s, n * tsize(t));
+    if (shm_of(c)) return p2p_add(shm_of(c), 1, peer, s, n * tsize(t), st);
     if (peer != 0 || nsends == PEND) return ncclInvalidUsage;
     sends[nsends].s = s;
     sends[nsends++].bytes = n * tsize(t);
@@ -407,7 +479,7 @@ EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer
 EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
-    if (shm_of(c)) return p2p_add(shm_of(c), 0, peer, r, n * tsize(t));
+    if (shm_of(c)) return p2p_add(shm_of(c), 0, peer, r, n * tsize(t), st);
     if (peer != 0 || nrecvs == PEND) return ncclInvalidUsage;
     recvs[nrecvs].r = r;
     recvs[nrecvs++].bytes = n * tsize(t);

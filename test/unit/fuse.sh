@@ -33,5 +33,10 @@ for np in 2 3; do
   FAKE_CUDA_KERNELS=1 stand_in_run fuse_prog "$b" "$d" "default (every type at 2 ranks, integers at 3)" $np "$prog" || fail=1
 done
 NCCLMPI_FUSE=all stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=all, driver copies" 3 "$prog" || fail=1
+# the stand-in's streams running later, as a GPU's (FAKE_CUDA_ASYNC=1): packs, calls and unpacks
+# in stream order, completions seen only after them
+for np in 2 3; do
+  FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 stand_in_run fuse_prog "$b" "$d" "streams run later" $np "$prog" || fail=1
+done
 NCCLMPI_FUSE=off stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=off" 2 "$prog" || fail=1
 exit $fail

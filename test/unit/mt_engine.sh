@@ -32,8 +32,10 @@ esac
 # the same at 2 and 3 ranks, each with a device of its own, on the stand-in NCCL's shared-memory
 # mode: the threads' communicators made, taken over and used at once on every rank, their NCCL
 # calls compared across the ranks (a difference aborts), sums checked over the ranks
-for np in 2 3; do
-  FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0 timeout 120 "$b/test/run_mpi.sh" $np preload "$prog" \
+# (and at 2 ranks again with the stand-in's streams running later, as a GPU's: FAKE_CUDA_ASYNC=1)
+for np in 2 3 2a; do
+  case $np in 2a) np=2 async=1 ;; *) async= ;; esac
+  FAKE_CUDA_ASYNC=$async FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0 timeout 120 "$b/test/run_mpi.sh" $np preload "$prog" \
     >"$d/out" 2>"$d/err"
   rc=$?
   if [ $rc != 0 ] || [ "$(grep -c "mt_engine_prog: ok" "$d/out")" != $np ]; then
@@ -42,5 +44,5 @@ for np in 2 3; do
     tail -30 "$d/err"
     exit 1
   fi
-  echo "mt_engine: $np ranks: $(head -1 "$d/out" | sed 's/^mt_engine_prog: //'); $(grep "device communicators" "$d/err" | sed 's/^\[ncclmpi\] //')"
+  echo "mt_engine: $np ranks${async:+, streams run later}: $(head -1 "$d/out" | sed 's/^mt_engine_prog: //'); $(grep "device communicators" "$d/err" | sed 's/^\[ncclmpi\] //')"
 done

@@ -42,4 +42,5 @@ export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0 SHARED_COLL
 for np in 2 3; do
   stand_in_run shared_coll "$b" "$d" "one device per rank, the NCCL route" $np "$prog" || fail=1
 done
+FAKE_CUDA_ASYNC=1 stand_in_run shared_coll "$b" "$d" "the NCCL route, streams run later" 3 "$prog" || fail=1
 exit $fail
