@@ -132,17 +132,18 @@ static int dev_init(int lrank)
     (void)lrank;
     void *h = stand_in_driver("mpix_stream", NBUF, BUFSZ, bufs);
     create_fn = h ? (CUresult(*)(CUstream *, unsigned))dlsym(h, "cuStreamCreate") : NULL;
-    destroy_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy") : NULL;
+    /* (cuda.h names it cuStreamDestroy_v2, as drivers export it) */
+    destroy_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy_v2") : NULL;
     copy_fn = h ? (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))dlsym(h, "cuMemcpyAsync") : NULL;
     copy_now_fn = h ? (CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))dlsym(h, "cuMemcpy") : NULL;
     set_fn = h ? (CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))dlsym(h, "cuMemsetD8Async") : NULL;
     sync_fn = h ? (CUresult(*)(CUstream))dlsym(h, "cuStreamSynchronize") : NULL;
-    return create_fn && copy_fn && copy_now_fn && set_fn && sync_fn && create_fn(&S, 0) == CUDA_SUCCESS;
+    return create_fn && destroy_fn && copy_fn && copy_now_fn && set_fn && sync_fn && create_fn(&S, 0) == CUDA_SUCCESS;
 }
 static int hold_stream(void) { return 0; }
 static void release_stream(void) {}
 static int stream_busy(void) { return 0; }
-static void stream_destroy(void) { if (destroy_fn) destroy_fn(S); }
+static void stream_destroy(void) { destroy_fn(S); }
 #else
 #error "build with -DNM_GPU_TEST or -DNM_STAND_IN_TEST"
 #endif

@@ -3,7 +3,8 @@
 # driver and NCCL: at 1 rank the communicator has the stand-in's NCCL communicator (enqueued
 # allreduces launched on the stream), at 2 and 3 ranks the staged path (enqueued calls wait for
 # the stream, then run as their blocking forms); the same with NCCLMPI_DISABLE=1 (every call the
-# real MPI's, after the stream); two threads at once under MPI_THREAD_MULTIPLE.
+# real MPI's, after the stream); two threads at once under MPI_THREAD_MULTIPLE; then at 2 and 3
+# ranks on the NCCL route, the stand-in's streams running later (FAKE_CUDA_ASYNC=1).
 b=$1
 d="$b/mpix_stream_test"
 prog="$b/test/unit/mpix_stream_prog"
@@ -17,5 +18,12 @@ NCCLMPI_DISABLE=1 stand_in_run mpix_stream "$b" "$d" "NCCLMPI_DISABLE=1" 2 "$pro
 # two threads enqueueing on communicators of their own (MPI_THREAD_MULTIPLE)
 for np in 1 2; do
   MPIX_STREAM_THREADS=1 stand_in_run mpix_stream "$b" "$d" "two threads" $np "$prog" || fail=1
+done
+# a device per rank and the stand-in NCCL's several ranks, its streams running later as a GPU's
+# (FAKE_CUDA_ASYNC=1): enqueued allreduces on the NCCL route at 2 and 3 ranks, host messages
+# crossing them, calls in flight when the communicator is freed
+for np in 2 3; do
+  FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 NCCLMPI_ONESHOT=0 \
+    stand_in_run mpix_stream "$b" "$d" "the NCCL route, streams run later" $np "$prog" || fail=1
 done
 exit $fail
