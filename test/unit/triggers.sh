@@ -3,7 +3,8 @@
 # different calls on different ranks (test/unit/triggers_prog.c), at 2 and 3 ranks, each with a
 # device of its own on the stand-in driver and the stand-in NCCL's several-rank mode (which aborts
 # where the ranks' NCCL calls differ); with fusing (integers: at every size) and without, and with
-# the stand-in's streams running later, as a GPU's (FAKE_CUDA_ASYNC=1).
+# the stand-in's streams running later, as a GPU's (FAKE_CUDA_ASYNC=1), where the program adds a
+# host message crossing device calls and two communicators in opposite orders.
 b=$1
 d="$b/triggers_test"
 prog="$b/test/unit/triggers_prog"

@@ -12,6 +12,8 @@
  *            odd ranks the other way round
  *   free     every rank frees its duplicate communicator with the requests outstanding, even ranks
  *            after a host MPI_Barrier on MPI_COMM_WORLD, odd ranks before it, then MPI_Waitall
+ * Where the stand-in's streams run later (FAKE_CUDA_ASYNC=1), two more: a host message crossing
+ * isolated device calls, and two communicators issued in opposite orders on even and odd ranks.
  * Every output is poisoned first and checked against the sum over the ranks. Prints
  * "triggers_prog: ok" when every rank passed. */
 #include <mpi.h>
@@ -103,10 +105,49 @@ int main(int argc, char **argv)
             for (int k = 0; k < BURST; k++) check((int *)(uintptr_t)bufs[k], round, k, scenarios[sc]);
             if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
         }
+    /* where the stand-in's streams run later, as a GPU's (FAKE_CUDA_ASYNC=1: a launch returns at
+     * once), orders that would leave a host waiting at a synchronous stand-in's launch:
+     *   crossing  rank 0 MPI_Iallreduce then a host MPI_Send to rank 1, which receives first and
+     *             issues its MPI_Iallreduce after (each launched at its call, isolated)
+     *   two comms even ranks issue on communicator A then B, odd ranks B then A, one MPI_Waitall */
+    const char *async = getenv("FAKE_CUDA_ASYNC");
+    const int crossings = async && *async == '1' && size > 1;
+    for (int round = 0; crossings && round < ROUNDS; round++) {
+        MPI_Comm a, b2;
+        MPI_Comm_dup(MPI_COMM_WORLD, &a);
+        MPI_Comm_dup(MPI_COMM_WORLD, &b2);
+        int *one = (int *)(uintptr_t)bufs[BURST];
+        *one = 1;
+        MPI_Allreduce(MPI_IN_PLACE, one, 1, MPI_INT, MPI_SUM, a);
+        *one = 1;
+        MPI_Allreduce(MPI_IN_PLACE, one, 1, MPI_INT, MPI_SUM, b2);
+        int *p0 = (int *)(uintptr_t)bufs[0], *p1 = (int *)(uintptr_t)bufs[1], token = 7;
+        for (int i = 0; i < N; i++) p0[i] = value(round, 0, i, rank);
+        if (rank == 1) MPI_Recv(&token, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Iallreduce(MPI_IN_PLACE, p0, N, MPI_INT, MPI_SUM, a, &q[0]);
+        if (rank == 0) MPI_Send(&token, 1, MPI_INT, 1, 5, MPI_COMM_WORLD);
+        MPI_Wait(&q[0], MPI_STATUS_IGNORE);
+        check(p0, round, 0, "crossing");
+        for (int i = 0; i < N; i++) p0[i] = value(round, 1, i, rank), p1[i] = value(round, 2, i, rank);
+        if (even) {
+            MPI_Iallreduce(MPI_IN_PLACE, p0, N, MPI_INT, MPI_SUM, a, &q[0]);
+            MPI_Iallreduce(MPI_IN_PLACE, p1, N, MPI_INT, MPI_SUM, b2, &q[1]);
+        } else {
+            MPI_Iallreduce(MPI_IN_PLACE, p1, N, MPI_INT, MPI_SUM, b2, &q[1]);
+            MPI_Iallreduce(MPI_IN_PLACE, p0, N, MPI_INT, MPI_SUM, a, &q[0]);
+        }
+        MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        check(p0, round, 1, "two comms");
+        check(p1, round, 2, "two comms");
+        MPI_Comm_free(&a);
+        MPI_Comm_free(&b2);
+    }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Finalize();
     if (all) return 1;
-    if (rank == 0) printf("triggers_prog: ok (%d ranks, %d scenarios x %d rounds of %d)\n", size, 5, ROUNDS, BURST);
+    if (rank == 0)
+        printf("triggers_prog: ok (%d ranks, %d scenarios x %d rounds of %d%s)\n", size, 5, ROUNDS, BURST,
+               crossings ? "; crossing and two-communicator orders" : "");
     return 0;
 }
