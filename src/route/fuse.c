@@ -36,10 +36,11 @@ int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t
         int type, op, nops, call;  /* call: the one being filled, or -1 */
     } key[KEYS];
     int nkeys = 0, ncalls = 0;
+    const int possible = nm_fuse_possible(comm_size, mode);
     for (int i = 0; i < n; i++) {
         bucket[i] = -1;  /* (first pass: the key's index, or -1) */
         offset[i] = 0;
-        if (!nm_fuse_possible(comm_size, mode) || !fusable(&ops[i], comm_size, mode, max_bytes)) continue;
+        if (!possible || !fusable(&ops[i], comm_size, mode, max_bytes)) continue;
         int k = 0;
         while (k < nkeys && (key[k].type != ops[i].nccl_type || key[k].op != ops[i].nccl_op)) k++;
         if (k == nkeys) {

@@ -62,6 +62,9 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
     return true;
 }
 
+// call b's part of the group's buffer: its bytes, to a 256-byte boundary
+size_t Fusion::part(int b) const { return (total_[b] * es_[b] + 255) / 256 * 256; }
+
 nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
 {
     std::vector<nm_copyv_region_t> &r = regions_;
@@ -69,7 +72,7 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
     // one buffer for the calls, each at a 256-byte boundary: the process group's, kept between
     // groups (its stream orders the uses), or one freed with the first op's scratch
     size_t bytes = 0;
-    for (int b = 0; b < ncalls_; b++) bytes += (total_[b] * es_[b] + 255) / 256 * 256;
+    for (int b = 0; b < ncalls_; b++) bytes += part(b);
     CUdeviceptr base = s == pg.stream() ? pg.stream_buffer(bytes) : 0;
     if (!base) {
         if (cu.cuMemAllocAsync(&base, bytes, s) != CUDA_SUCCESS) {
@@ -80,7 +83,7 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
     }
     for (int b = 0; b < ncalls_; b++) {
         buf_[b] = base;
-        base += (total_[b] * es_[b] + 255) / 256 * 256;
+        base += part(b);
     }
     for (int i = 0; i < n_; i++) {
         const int b = bucket_[i];

@@ -34,6 +34,7 @@ class Fusion {
     nm_status_t unpack(ProcessGroup &pg, CUstream s);
 
   private:
+    size_t part(int b) const;
     int n_ = 0, ncalls_ = 0, nfused_ = 0, first_ = -1;  // first_: the first fused op
     std::vector<int> bucket_;
     std::vector<size_t> offset_, total_;
