@@ -22,6 +22,7 @@
 #include "core/nvtx.h"
 #include "core/op_table.h"
 #include "core/tl/nccl/coll_nccl.h"
+#include "core/tl/nccl/nccl_api.h"
 #include "core/tl/oneshot/oneshot.h"
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/p2p/neighbor.h"
@@ -133,7 +134,7 @@ static void check_settings_agree()
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
              "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu "
-             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld",
+             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld CONNECT=%s/%ld",
              nm_cfg.DISABLE,
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
@@ -141,7 +142,7 @@ static void check_settings_agree()
              nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
              (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg.SHARED_GPU, (size_t)nm_cfg.SHARED_MIN,
              nm_cfg_from_env("SHARED_MIN"), (size_t)nm_cfg.SHARED_SLOT, nm_cfg.FUSE, (size_t)nm_cfg.FUSE_MAX,
-             nm_cfg.FUSE_MIN);
+             nm_cfg.FUSE_MIN, nm_cfg.CONNECT, nm_cfg.CONNECT_PEERS);
     long long mine[2], all[2] = {0, 0};
     nm_same_put(mine, nm_hash_str(text));
     world_max(mine, all, 2, "ncclmpi's settings check");
@@ -171,6 +172,7 @@ static void init_locked()
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
     check_settings_agree();
     if (!nm_cfg.DISABLE) nm_win_state |= NM_WIN_ON;  // (the same on every rank: settings agree)
+    if (!nm_cfg.DISABLE) nccl_connect_setup();
     env_init();
     NM_INFO(INIT, "ncclmpi %s: CUDA driver %s", ncclmpi_version(), cuda_attached() ? "attached" : "not in process");
 }

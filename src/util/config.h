@@ -55,7 +55,8 @@ extern const int nm_cfg_script_nrows;
  * NCCLMPI_* names warn on stderr (unless NCCLMPI_LOG is NONE or ERROR); defaults are kept. */
 void nm_config_load(void);
 /* Another component's variable that a decision of ncclmpi's depends on (CUDA_VISIBLE_DEVICES for
- * NCCLMPI_P2P_ENVELOPE=auto), read here like the settings; NULL when it is not set. */
+ * NCCLMPI_P2P_ENVELOPE=auto, NCCL_RUNTIME_CONNECT for NCCLMPI_CONNECT), read here like the settings;
+ * NULL when it is not set. */
 const char *nm_config_foreign(const char *name);
 /* Whether setting `name` (without NCCLMPI_) was given a valid value in the environment (else
  * nm_cfg holds its default, which a derived limit may then adjust). */

@@ -2345,6 +2345,63 @@ static void sc_envelope_order(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* connect_crossing: the first uses of NCCL's connections (sends and receives to each peer, an
+ * algorithm a later call picks) in nonblocking collectives on two communicators issued in
+ * opposite orders on even and odd ranks; NCCL connects at first use and waits for the peers there
+ * (design.md, "Connected at creation") */
+
+static void crossing_pair(int kind, int n, const char *what)
+{
+    MPI_Comm c[2] = {fresh_dup(), fresh_dup()};
+    dev_allreduce_check(c[0], 1, 1, "creating A");
+    dev_allreduce_check(c[1], 1, 2, "creating B");
+    const int total = kind == 0 ? n : n * size;  /* allreduce: n; alltoall/gather: n per rank */
+    gbuf_t s[2], r[2];
+    int *want[2];
+    for (int k = 0; k < 2; k++) {
+        int *h = malloc((size_t)total * sizeof(int));
+        want[k] = malloc((size_t)total * sizeof(int));
+        for (int i = 0; i < total; i++) h[i] = (rank + 1) * 1000 + i + 7 * k;
+        for (int i = 0; i < total; i++) {
+            if (kind == 0) want[k][i] = size * (size + 1) / 2 * 1000 + size * (i + 7 * k);
+            else if (kind == 1) want[k][i] = (i / n + 1) * 1000 + rank * n + i % n + 7 * k;  /* block from rank i/n */
+            else want[k][i] = (i / n + 1) * 1000 + i % n + 7 * k;                            /* gather to rank 0 */
+        }
+        s[k] = gb_dev_from(h, (size_t)total * sizeof(int));
+        r[k] = gb_dev((size_t)total * sizeof(int));
+        free(h);
+    }
+    MPI_Request q[2];
+    int rc[2] = {MPI_SUCCESS, MPI_SUCCESS};
+    for (int j = 0; j < 2; j++) {
+        const int k = rank % 2 ? 1 - j : j;
+        STEP();
+        if (kind == 0) rc[k] = MPI_Iallreduce(s[k].p, r[k].p, n, MPI_INT, MPI_SUM, c[k], &q[k]);
+        else if (kind == 1) rc[k] = MPI_Ialltoall(s[k].p, n, MPI_INT, r[k].p, n, MPI_INT, c[k], &q[k]);
+        else rc[k] = MPI_Igather(s[k].p, n, MPI_INT, r[k].p, n, MPI_INT, 0, c[k], &q[k]);
+    }
+    STEP();
+    int rcw = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    CHECK(rc[0] == MPI_SUCCESS && rc[1] == MPI_SUCCESS && rcw == MPI_SUCCESS, "%s: calls %d %d, Waitall %d", what, rc[0],
+          rc[1], rcw);
+    for (int k = 0; k < 2; k++) {
+        if (kind != 2 || rank == 0) gb_expect(&r[k], want[k], 4, what);
+        gb_free(&s[k]);
+        gb_free(&r[k]);
+        free(want[k]);
+    }
+    MPI_Comm_free(&c[0]);
+    MPI_Comm_free(&c[1]);
+}
+
+static void sc_connect_crossing(void)
+{
+    crossing_pair(1, 1024, "Ialltoall on A and B in opposite orders");
+    crossing_pair(2, 1024, "Igather on A and B in opposite orders");
+    crossing_pair(0, 1 << 22, "16 MiB Iallreduce on A and B in opposite orders");
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 typedef struct {
     const char *name;
@@ -2384,6 +2441,7 @@ static const scenario_t scenarios[] = {
     {"kill", sc_kill, NULL, 2, 1, 0, 1, 0, 1},
     {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0, 0},
     {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0, 0},
+    {"connect_crossing", sc_connect_crossing, NULL, 2, 0, 0, 0, 0, 0},
 };
 
 static void usage(void)

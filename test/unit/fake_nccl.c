@@ -54,11 +54,26 @@ static ncclResult_t make(ncclComm_t *c, int nranks)
  * grows), each checks that every rank made the same call and combines the slots in rank order,
  * and all meet again before a slot is reused. A rank that makes another call than its peers (a
  * different kind, count, type, op or root) is reported and aborts; one that makes none leaves its
- * peers waiting (the test's time limit). Sends and receives: below; splits are refused. */
+ * peers waiting (the test's time limit). Sends and receives: below; splits are refused.
+ *
+ * Connections, as NCCL 2.22 and later make them: with NCCL_RUNTIME_CONNECT unset or 1 (NCCL's
+ * default), a communicator's first collective of an algorithm, and its first send or receive
+ * with a peer (NCCL's AlltoAll, Gather and Scatter are sends and receives), connect at the call,
+ * on the host, waiting for the peers to connect too (NCCL's bootstrap exchange), with no MPI
+ * progress. Two algorithms here, by the call's bytes (below 64 KiB, and from 64 KiB). With
+ * NCCL_RUNTIME_CONNECT=0 the algorithms connect at the communicator's creation (the ranks meet
+ * there anyway); sends and receives connect at first use either way, as NCCL's do. */
 enum { SLOT = 8 << 20, MAXR = 8, BOX = 1 << 20, MAXP = 256 };
 struct desc { int kind, type, op, root; size_t count; };
 struct shm_slot { struct desc d; char pad[64 - sizeof(struct desc)]; char data[SLOT]; };
-struct shm_head { _Atomic unsigned long arrived; char pad[56]; struct shm_slot slot[MAXR]; };
+enum { NALGO = 2, ALGO_LARGE = 64 << 10 };
+struct shm_head {
+    _Atomic unsigned long arrived;
+    char pad[56];
+    _Atomic int algo_conn[NALGO][MAXR]; /* rank r connects algorithm a */
+    _Atomic int peer_conn[MAXR][MAXR];  /* rank r connects to peer q */
+    struct shm_slot slot[MAXR];
+};
 /* a mailbox from one rank to another: chunks of a group's sends, in order (posted > taken: one
  * waits, of len bytes) */
 struct shm_box { _Atomic unsigned long posted, taken; size_t len; char pad[40]; char data[BOX]; };
@@ -73,6 +88,7 @@ struct shm_comm {
     int npend;
     cudaStream_t st;       /* their stream */
     _Atomic int queued;    /* calls waiting on their streams (FAKE_CUDA_ASYNC=1) */
+    unsigned char algo_ready[NALGO], peer_ready[MAXR]; /* connected (host side) */
     size_t bytes;          /* the segment's */
 };
 
@@ -117,6 +133,52 @@ static enqueue_fn stream_enqueue(void)
     return f;
 }
 
+/* NCCL_RUNTIME_CONNECT, read once per process as NCCL's parameters are */
+static int runtime_connect(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("NCCL_RUNTIME_CONNECT");
+        v = !(e && *e == '0');
+    }
+    return v;
+}
+/* wait, as NCCL's bootstrap does: no MPI progress (a peer that needs this rank's progress before
+ * it connects waits forever); says so once after a while, naming what it waits for */
+static void connect_wait(struct shm_comm *c, _Atomic int *flag, const char *what, int which)
+{
+    time_t t0 = time(NULL);
+    int told = 0;
+    while (!atomic_load(flag)) {
+        if (!told && time(NULL) - t0 > 5) {
+            fprintf(stderr, "stand-in NCCL: rank %d of %d waits to connect %s %d (a connection at first use)\n",
+                    c->rank, c->base.nranks, what, which);
+            told = 1;
+        }
+        sched_yield();
+    }
+}
+/* the first call of algorithm a on c: every rank connects */
+static void connect_algo(struct shm_comm *c, int a)
+{
+    if (c->algo_ready[a]) return;
+    atomic_store(&c->h->algo_conn[a][c->rank], 1);
+    for (int q = 0; q < c->base.nranks; q++) connect_wait(c, &c->h->algo_conn[a][q], "algorithm", a);
+    c->algo_ready[a] = 1;
+}
+/* the first sends or receives with the peers in `peers` (this rank's calls of a group): pairwise */
+static void connect_peers(struct shm_comm *c, const unsigned char *peers)
+{
+    int any = 0;
+    for (int q = 0; q < c->base.nranks; q++)
+        if (peers[q] && q != c->rank && !c->peer_ready[q]) atomic_store(&c->h->peer_conn[c->rank][q], 1), any = 1;
+    for (int q = 0; any && q < c->base.nranks; q++)
+        if (peers[q] && q != c->rank && !c->peer_ready[q]) {
+            connect_wait(c, &c->h->peer_conn[q][c->rank], "to peer", q);
+            c->peer_ready[q] = 1;
+        }
+}
+
 static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank)
 {
     if (!shm_mode() || nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks) return ncclInvalidUsage;
@@ -135,6 +197,7 @@ static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id
     c->h = p;
     c->box = (struct shm_box *)(void *)((char *)p + head);
     c->bytes = bytes;
+    if (!runtime_connect()) memset(c->algo_ready, 1, sizeof(c->algo_ready));  /* at creation, below */
     shm_meet(c);  /* every rank has mapped it: its name can go */
     shm_unlink(name);
     *out = &c->base;
@@ -191,6 +254,14 @@ static void coll_later(void *p)
 static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes,
                              cudaStream_t st)
 {
+    /* connections first, on the host (NCCL's ncclGroupEnd) */
+    if (d.kind == K_ALLTOALL || d.kind == K_GATHER || d.kind == K_SCATTER) {
+        unsigned char peers[MAXR] = {0};
+        for (int q = 0; q < c->base.nranks; q++) peers[q] = d.kind == K_ALLTOALL || c->rank == d.root || q == d.root;
+        connect_peers(c, peers);
+    } else {
+        connect_algo(c, d.count * tsize((ncclDataType_t)d.type) >= ALGO_LARGE);
+    }
     enqueue_fn q = stream_enqueue();
     if (!q) return shm_coll_now(c, d, s, mine, r, rbytes);
     if (mine > SLOT || rbytes > SLOT * (size_t)c->base.nranks) return ncclInvalidUsage;
@@ -311,6 +382,9 @@ static void p2p_later(void *p)
 /* the group's sends and receives on c: now, or as its stream's work (FAKE_CUDA_ASYNC=1) */
 static ncclResult_t p2p_run(struct shm_comm *c)
 {
+    unsigned char peers[MAXR] = {0};
+    for (int i = 0; i < c->npend; i++) peers[c->pend[i].peer] = 1;
+    connect_peers(c, peers);
     enqueue_fn q = stream_enqueue();
     if (q) {
         struct p2p_args *a = malloc(sizeof(*a));

@@ -161,6 +161,20 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
     if (cs->rank == 0) NM_INFO(INIT, "%s: staged path for device buffers: %s", cs->describe().c_str(), b);
 }
 
+// NCCLMPI_CONNECT=init: the ranks' sends and receives to every peer connected now, inside the
+// creation every rank of comm is in, after it agreed that all made the NCCL communicator (NCCL's
+// algorithms were connected inside it: nccl_api.cc). Every rank reads the same size and settings,
+// so all connect or none; false on every rank when one failed. doc/design.md, "Connections at
+// creation".
+static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
+{
+    if (strcmp(nm_cfg.CONNECT, "init") || size < 2 || size > nm_cfg.CONNECT_PEERS) return true;
+    int ok = pg->connect_peers() == NM_OK, all_ok = 0;
+    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!all_ok) pg->fail("connecting the ranks' sends and receives failed on some rank");
+    return all_ok != 0;
+}
+
 void comm_create(CommState *cs, int device)
 {
     int cap = cs->getcap();
@@ -242,6 +256,10 @@ void comm_create(CommState *cs, int device)
         pg->destroy();
         return set_staged(cs, "", -1, "ncclCommInitRank failed on some rank");
     }
+    if (!connect_now(pg.get(), cs->comm, cs->size)) {
+        pg->destroy();
+        return set_staged(cs, "", -1, "connecting the ranks' sends and receives failed on some rank");
+    }
     oneshot_setup(pg.get(), cs->comm);  // collective: every rank is here
     cs->pg = std::move(pg);
     cs->side_id = offers[0].fresh | NM_SIDE_NCCL;
@@ -303,6 +321,10 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
             if (ok) pg->fail("ncclCommSplit failed on another rank");
             pg->destroy();
         }
+        return false;
+    }
+    if (!connect_now(pg.get(), child, cs->size)) {
+        pg->destroy();
         return false;
     }
     oneshot_setup(pg.get(), child);  // collective over the child: each of its ranks is here

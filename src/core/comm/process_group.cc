@@ -121,6 +121,29 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
     return finish_init(nccl.ncclCommSplit(parent.nccl_comm(), color, key, &nccl_, &cfg), "ncclCommSplit", t0);
 }
 
+nm_status_t ProcessGroup::connect_peers()
+{
+    if (size_ < 2) return NM_OK;
+    DeviceGuard g(ctx_);
+    CUdeviceptr b = 0;
+    if (cu.cuMemAlloc(&b, 2 * (size_t)size_) != CUDA_SUCCESS) return NM_ERR_CUDA;
+    ncclResult_t r = nccl.ncclGroupStart();
+    for (int p = 0; p < size_ && r == ncclSuccess; p++) {
+        if (p == rank_) continue;
+        r = nccl.ncclSend((const void *)(b + p), 1, ncclInt8, p, nccl_, stream_);
+        if (r == ncclSuccess) r = nccl.ncclRecv((void *)(b + size_ + p), 1, ncclInt8, p, nccl_, stream_);
+    }
+    const ncclResult_t e = nccl.ncclGroupEnd();
+    if (r == ncclSuccess) r = e;
+    const bool synced = cu.cuStreamSynchronize(stream_) == CUDA_SUCCESS;
+    cu.cuMemFree(b);
+    if (r != ncclSuccess) {
+        NM_WARN(INIT, "%s: connecting the peers failed: %s", describe().c_str(), nccl.ncclGetErrorString(r));
+        return NM_ERR_NCCL;
+    }
+    return synced ? NM_OK : NM_ERR_CUDA;
+}
+
 void ProcessGroup::fail(const std::string &why)
 {
     std::lock_guard<std::recursive_mutex> use(use_mu_);

@@ -2,6 +2,8 @@
 #include "core/tl/nccl/nccl_api.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <mutex>
 
@@ -16,6 +18,22 @@ static std::once_flag once;
 static nm_status_t load_status = NM_ERR_NCCL;
 
 bool nccl_loaded() { return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE); }
+
+void nccl_connect_setup()
+{
+    if (strcmp(nm_cfg.CONNECT, "init")) return;
+    const char *v = nm_config_foreign("NCCL_RUNTIME_CONNECT");
+    if (v && strcmp(v, "0")) {
+        NM_INFO(INIT, "NCCL_RUNTIME_CONNECT=%s is set: NCCL connects each algorithm at its first use", v);
+        return;
+    }
+    if (!v) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    if (void *h = dlopen(nm_cfg.NCCL_LIB, RTLD_NOW | RTLD_NOLOAD)) {
+        NM_INFO(INIT, "NCCL was in the process before ncclmpi loaded it: communicators the application made "
+                "before may have fixed NCCL_RUNTIME_CONNECT already");
+        dlclose(h);
+    }
+}
 
 static void do_load()
 {

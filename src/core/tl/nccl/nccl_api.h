@@ -26,6 +26,11 @@ struct NcclApi {
 
 extern NcclApi nccl;
 
+// MPI_Init, with NCCLMPI_CONNECT=init: NCCL_RUNTIME_CONNECT=0 where the environment does not set
+// it, so that NCCL connects its algorithms inside ncclCommInitRank/ncclCommSplit, which ncclmpi
+// calls only where every rank of the communicator is (doc/design.md, "Connected at creation").
+// NCCL reads the variable once, at the process's first NCCL communicator.
+void nccl_connect_setup();
 // Load NCCL once (thread-safe). NM_OK, or NM_ERR_NCCL with a logged reason.
 nm_status_t nccl_load();
 bool nccl_loaded();

@@ -1,0 +1,33 @@
+#!/bin/sh
+# connect.sh BUILDDIR: first uses of NCCL's connections in orders that differ by rank
+# (test/unit/connect_prog.c) at 2 and 3 ranks, each with a device of its own on the stand-in
+# driver (its streams running later, as a GPU's) and the stand-in NCCL's several-rank mode, which
+# connects an algorithm or a peer at its first use, on the host, waiting for the peers without MPI
+# progress, as NCCL does by default. With ncclmpi's default (NCCLMPI_CONNECT=init: every
+# connection made at the communicator's creation) every scenario must pass; with
+# NCCLMPI_CONNECT=lazy (NCCL's own first-use connections) the same programs must hang at a
+# connection: the stand-in's model of the hazard holds, and the test can fail.
+b=$1
+d="$b/connect_test"
+prog="$b/test/unit/connect_prog"
+. "$(dirname "$0")/stand_in.sh"
+stand_in connect "$b" "$d" "$prog"
+export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 NCCLMPI_ONESHOT=0
+fail=0
+for np in 2 3; do
+  stand_in_run connect_prog "$b" "$d" "connections at creation" $np "$prog" || fail=1
+done
+NCCLMPI_COALESCE=0 stand_in_run connect_prog "$b" "$d" "NCCLMPI_COALESCE=0" 3 "$prog" || fail=1
+for sc in coll alltoall progress; do
+  NCCLMPI_CONNECT=lazy TMPDIR="$d" timeout -k 5 15 "$b/test/run_mpi.sh" 2 preload "$prog" $sc >"$d/out" 2>"$d/err"
+  rc=$?
+  [ $rc = 77 ] && exit 77
+  if [ $rc = 124 ] && grep -q "waits to connect" "$d/err"; then
+    echo "connect: NCCLMPI_CONNECT=lazy, $sc, 2 ranks: hangs at a connection made at first use, as expected"
+  else
+    echo "connect: FAIL: NCCLMPI_CONNECT=lazy, $sc, 2 ranks: expected a hang at a first-use connection (exit $rc)"
+    head -5 "$d/out"; tail -10 "$d/err"
+    fail=1
+  fi
+done
+exit $fail
