@@ -2398,7 +2398,7 @@ static void sc_connect_crossing(void)
 {
     crossing_pair(1, 1024, "Ialltoall on A and B in opposite orders");
     crossing_pair(2, 1024, "Igather on A and B in opposite orders");
-    crossing_pair(0, 1 << 22, "16 MiB Iallreduce on A and B in opposite orders");
+    crossing_pair(0, 1 << 20, "4 MiB Iallreduce on A and B in opposite orders");
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -89,6 +89,7 @@ struct shm_comm {
     cudaStream_t st;       /* their stream */
     _Atomic int queued;    /* calls waiting on their streams (FAKE_CUDA_ASYNC=1) */
     unsigned char algo_ready[NALGO], peer_ready[MAXR]; /* connected (host side) */
+    _Atomic int aborted;   /* ncclCommAbort: its waits give up, as NCCL's kernels do */
     size_t bytes;          /* the segment's */
 };
 
@@ -111,11 +112,16 @@ static void progress(unsigned spin)
     if (!on_stream && spin % 16 == 15) PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
     sched_yield();
 }
-static void shm_meet(struct shm_comm *c)
+/* 0 when every rank arrived, -1 when the communicator was aborted meanwhile */
+static int shm_meet(struct shm_comm *c)
 {
     const unsigned long target = ++c->meetings * (unsigned long)c->base.nranks;
     atomic_fetch_add(&c->h->arrived, 1);
-    for (unsigned spin = 0; atomic_load(&c->h->arrived) < target; spin++) progress(spin);
+    for (unsigned spin = 0; atomic_load(&c->h->arrived) < target; spin++) {
+        if (atomic_load(&c->aborted)) return -1;
+        progress(spin);
+    }
+    return 0;
 }
 
 /* With the stand-in driver's FAKE_CUDA_ASYNC=1, a call runs later as its stream's work
@@ -149,7 +155,7 @@ static void connect_wait(struct shm_comm *c, _Atomic int *flag, const char *what
 {
     time_t t0 = time(NULL);
     int told = 0;
-    while (!atomic_load(flag)) {
+    while (!atomic_load(flag) && !atomic_load(&c->aborted)) {
         if (!told && time(NULL) - t0 > 5) {
             fprintf(stderr, "stand-in NCCL: rank %d of %d waits to connect %s %d (a connection at first use)\n",
                     c->rank, c->base.nranks, what, which);
@@ -245,8 +251,10 @@ static void coll_later(void *p)
     const struct coll_args *a = p;
     on_stream = 1;
     if (shm_coll_now(a->c, a->d, a->s, a->mine, a->r, a->rbytes) != ncclSuccess) {
-        fprintf(stderr, "stand-in NCCL: a call that ran as its stream's work failed\n");
-        abort();
+        if (!atomic_load(&a->c->aborted)) {
+            fprintf(stderr, "stand-in NCCL: a call that ran as its stream's work failed\n");
+            abort();
+        }
     }
     atomic_fetch_sub(&a->c->queued, 1);
 }
@@ -264,7 +272,8 @@ static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, s
     }
     enqueue_fn q = stream_enqueue();
     if (!q) return shm_coll_now(c, d, s, mine, r, rbytes);
-    if (mine > SLOT || rbytes > SLOT * (size_t)c->base.nranks) return ncclInvalidUsage;
+    const int elementwise = d.kind == K_ALLREDUCE || d.kind == K_BCAST || d.kind == K_REDUCE;
+    if (!elementwise && (mine > SLOT || rbytes > SLOT * (size_t)c->base.nranks)) return ncclInvalidUsage;
     const struct coll_args a = {c, d, s, mine, r, rbytes};
     atomic_fetch_add(&c->queued, 1);
     q(st, coll_later, &a, sizeof(a));
@@ -276,11 +285,24 @@ static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, s
 static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *s, size_t mine, void *r, size_t rbytes)
 {
     const int nr = c->base.nranks;
+    const size_t es = tsize((ncclDataType_t)d.type);
+    if (mine > SLOT && (d.kind == K_ALLREDUCE || d.kind == K_BCAST || d.kind == K_REDUCE)) {
+        /* elementwise: in pieces of a slot, every rank cutting alike */
+        const size_t per = SLOT / es;
+        for (size_t at = 0; at < d.count; at += per) {
+            struct desc p = d;
+            p.count = d.count - at < per ? d.count - at : per;
+            const size_t off = at * es, n = p.count * es;
+            ncclResult_t rc = shm_coll_now(c, p, s ? (const char *)s + off : NULL, n, (char *)r + off, n);
+            if (rc != ncclSuccess) return rc;
+        }
+        return ncclSuccess;
+    }
     if (mine > SLOT || rbytes > SLOT * (size_t)nr) return ncclInvalidUsage;
     struct shm_slot *me = &c->h->slot[c->rank];
     me->d = d;
     if (mine && s) memcpy(me->data, s, mine);
-    shm_meet(c);
+    if (shm_meet(c)) return ncclRemoteError;
     for (int q = 0; q < nr; q++) {
         const struct desc *o = &c->h->slot[q].d;
         if (o->kind != d.kind || o->type != d.type || o->op != d.op || o->root != d.root || o->count != d.count) {
@@ -294,7 +316,6 @@ static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *
     const char *src[MAXR];
     for (int q = 0; q < nr; q++) src[q] = c->h->slot[q].data;
     ncclResult_t rc = ncclSuccess;
-    const size_t es = tsize((ncclDataType_t)d.type);
     switch (d.kind) {
     case K_ALLREDUCE: rc = combine(r, src, nr, d.count, (ncclDataType_t)d.type, (ncclRedOp_t)d.op); break;
     case K_REDUCE:
@@ -319,7 +340,7 @@ static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *
         break;
     case K_SCATTER: memcpy(r, src[d.root] + (size_t)c->rank * d.count * es, d.count * es); break;
     }
-    shm_meet(c);  /* every rank has read the slots */
+    if (shm_meet(c)) return ncclRemoteError;  /* every rank has read the slots */
     return rc;
 }
 
@@ -367,7 +388,7 @@ static void p2p_moves(struct shm_comm *c, struct p2p *pend, int npend)
                 atomic_fetch_add(&b->taken, 1);
             }
         }
-        if (!left) break;
+        if (!left || atomic_load(&c->aborted)) break;
         progress(spin);
     }
 }
@@ -441,17 +462,18 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t *
     if (shm_of(p)) return ncclInvalidUsage;
     return make(c, 1);
 }
-static ncclResult_t drop(ncclComm_t c)
+static ncclResult_t drop(ncclComm_t c, int abort_it)
 {
     struct shm_comm *m = shm_of(c);
+    if (m && abort_it) atomic_store(&m->aborted, 1);
     /* as NCCL's, after the communicator's calls still queued on streams */
     while (m && atomic_load(&m->queued)) sched_yield();
     if (m) munmap(m->h, m->bytes);
     free(c);
     return ncclSuccess;
 }
-EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c) { return drop(c); }
-EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { return drop(c); }
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c) { return drop(c, 0); }
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { return drop(c, 1); }
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) { (void)c; *e = ncclSuccess; return ncclSuccess; }
 EXPORT const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "stand-in NCCL error"; }
 EXPORT const char *ncclGetLastError(ncclComm_t c) { (void)c; return ""; }

@@ -1,0 +1,42 @@
+#!/bin/sh
+# hazard.sh BUILDDIR: the adversarial scenarios of test/gpu/gpu_hazard.c (per-rank layouts, empty
+# ranks, threads, first calls crossing host messages, communicators freed with requests
+# outstanding, churn, progress, coalescing triggers, explicit groups, injected faults, a fuzzer,
+# envelope order, crossing first uses of NCCL's connections) on ncclmpi's NCCL route without a
+# GPU: built as test/unit/hazard_stand_in against the stand-in CUDA runtime (fake_cudart.c) and
+# driver, each rank with a device of its own, the stand-in NCCL's several-rank mode (which aborts
+# where the ranks' calls differ, and connects at first use as NCCL does), streams running later as
+# a GPU's. At 2 and 3 ranks, each run under a time limit. HAZARD_SCENARIOS=... runs a subset.
+b=$1
+d="$b/hazard_test"
+prog="$b/test/unit/hazard_stand_in"
+. "$(dirname "$0")/stand_in.sh"
+stand_in hazard "$b" "$d" "$prog"
+export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 NCCLMPI_ONESHOT=0
+scenarios=${HAZARD_SCENARIOS:-"layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
+  empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing comm_free_outstanding
+  dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order
+  connect_crossing"}
+fail=0
+for sc in $scenarios; do
+  for np in 2 3; do
+    case $sc in fault|fault_nb) [ $np = 3 ] && continue ;; esac
+    # (as test/gpu/tests.cmake sets them: mixed memory kinds need the vote; the 20th launch of
+    # world rank 0 fails, its peers time out)
+    env="NCCLMPI_AGREE=0"
+    case $sc in
+    uint8_sum|agree_mixed) env="NCCLMPI_AGREE=1" ;;
+    fault|fault_nb) env="NCCLMPI_FAULT=0:20 NCCLMPI_TIMEOUT=10" ;;
+    esac
+    env $env TMPDIR="$d" timeout -k 5 120 "$b/test/run_mpi.sh" $np preload "$prog" $sc >"$d/out" 2>"$d/err"
+    rc=$?
+    if [ $rc = 0 ] && grep -q "gpu_hazard $sc: OK" "$d/out" && ! grep -q "gpu_hazard $sc: FAIL" "$d/out"; then
+      echo "hazard: $sc, $np ranks: ok"
+    else
+      echo "hazard: FAIL: $sc, $np ranks (exit $rc$([ $rc = 124 ] && echo ': timed out, a hang'))"
+      head -20 "$d/out"; tail -20 "$d/err"
+      fail=1
+    fi
+  done
+done
+exit $fail
