@@ -1370,10 +1370,13 @@ static void sc_dup_churn(void)
     dev_allreduce_check(MPI_COMM_WORLD, 1024, 3, "device Allreduce on MPI_COMM_WORLD between the churns");
     double t2 = churn20(2 * t1);
     double ratio = t2 / (t1 > 1e-9 ? t1 : 1e-9);
+    /* NM_HAZARD_UNTIMED=1 (test/unit/hazard.sh: the stand-ins, ranks oversubscribing a small
+     * machine, whose times say nothing about a GPU's): the loop runs, its ratio is not checked */
+    const int untimed = host_mode || getenv("NM_HAZARD_UNTIMED");
     if (rank == 0)
         printf("gpu_hazard dup_churn: 20 x (dup+free) before device use %.3f ms, after %.3f ms, ratio %.2f%s\n",
-               t1 * 1e3, t2 * 1e3, ratio, host_mode ? " (not checked with --host)" : "");
-    if (!host_mode) CHECK(ratio <= 2.0, "dup+free after a device call is %.2fx slower than before (limit 2.0)", ratio);
+               t1 * 1e3, t2 * 1e3, ratio, untimed ? " (not checked here)" : "");
+    if (!untimed) CHECK(ratio <= 2.0, "dup+free after a device call is %.2fx slower than before (limit 2.0)", ratio);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -6,13 +6,15 @@
 # GPU: built as test/unit/hazard_stand_in against the stand-in CUDA runtime (fake_cudart.c) and
 # driver, each rank with a device of its own, the stand-in NCCL's several-rank mode (which aborts
 # where the ranks' calls differ, and connects at first use as NCCL does), streams running later as
-# a GPU's. At 2 and 3 ranks, each run under a time limit. HAZARD_SCENARIOS=... runs a subset.
+# a GPU's. At 2 and 3 ranks, each run under a time limit. HAZARD_SCENARIOS=... runs a subset;
+# HAZARD_ENV="NCCLMPI_X=v ..." adds settings (stand_in drops the caller's NCCLMPI_*).
 b=$1
 d="$b/hazard_test"
 prog="$b/test/unit/hazard_stand_in"
 . "$(dirname "$0")/stand_in.sh"
 stand_in hazard "$b" "$d" "$prog"
 export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 NCCLMPI_ONESHOT=0
+export NM_HAZARD_UNTIMED=1  # (dup_churn: times of oversubscribed stand-ins are not a GPU's)
 scenarios=${HAZARD_SCENARIOS:-"layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
   empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing comm_free_outstanding
   dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order
@@ -28,7 +30,7 @@ for sc in $scenarios; do
     uint8_sum|agree_mixed) env="NCCLMPI_AGREE=1" ;;
     fault|fault_nb) env="NCCLMPI_FAULT=0:20 NCCLMPI_TIMEOUT=10" ;;
     esac
-    env $env TMPDIR="$d" timeout -k 5 120 "$b/test/run_mpi.sh" $np preload "$prog" $sc >"$d/out" 2>"$d/err"
+    env $env ${HAZARD_ENV:-} TMPDIR="$d" timeout -k 5 120 "$b/test/run_mpi.sh" $np preload "$prog" $sc >"$d/out" 2>"$d/err"
     rc=$?
     if [ $rc = 0 ] && grep -q "gpu_hazard $sc: OK" "$d/out" && ! grep -q "gpu_hazard $sc: FAIL" "$d/out"; then
       echo "hazard: $sc, $np ranks: ok"
