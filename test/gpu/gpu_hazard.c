@@ -2397,6 +2397,65 @@ static void crossing_pair(int kind, int n, const char *what)
     MPI_Comm_free(&c[1]);
 }
 
+/* cyclic_comms: a communicator per pair of neighbouring ranks on a ring (rank r with r+1), made
+ * in an order every rank can follow, then each rank issues a nonblocking allreduce on its pair
+ * with the next rank before the one with the previous rank: the issue orders form a cycle over
+ * the communicators (legal MPI; a rank that waited inside the first call for its peers would
+ * close the cycle) */
+static void sc_cyclic_comms(void)
+{
+    const int n = 65536;
+    MPI_Comm pair[2]; /* [0]: with the previous rank, [1]: with the next */
+    for (int p = 0; p < size; p++) { /* ring pair p = {p, p+1}: every rank splits for each */
+        MPI_Comm c;
+        const int in = rank == p || rank == (p + 1) % size;
+        MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, rank == p ? 0 : 1, &c);
+        if (rank == p) pair[1] = c;
+        else if (in) pair[0] = c;
+    }
+    for (int j = 0; j < 2; j++) { /* made by a blocking call, pairs in ring order: 0 first */
+        const int k = rank == 0 ? 1 - j : j; /* rank 0 makes {0,1} before {size-1,0} */
+        dev_allreduce_check(pair[k], 1, 5, "a pair communicator's first call");
+    }
+    for (int round = 0; round < 3; round++) {
+        gbuf_t s[2], r[2];
+        int *want[2];
+        for (int k = 0; k < 2; k++) {
+            const int other = k ? (rank + 1) % size : (rank + size - 1) % size;
+            int *h = malloc((size_t)n * sizeof(int));
+            want[k] = malloc((size_t)n * sizeof(int));
+            for (int i = 0; i < n; i++) {
+                h[i] = rank * 100000 + i + round;
+                want[k][i] = (rank + other) * 100000 + 2 * (i + round);
+            }
+            s[k] = gb_dev_from(h, (size_t)n * sizeof(int));
+            r[k] = gb_dev((size_t)n * sizeof(int));
+            free(h);
+        }
+        MPI_Request q[2];
+        STEP();
+        int rc1 = MPI_Iallreduce(s[1].p, r[1].p, n, MPI_INT, MPI_SUM, pair[1], &q[1]);
+        STEP();
+        int rc0 = MPI_Iallreduce(s[0].p, r[0].p, n, MPI_INT, MPI_SUM, pair[0], &q[0]);
+        STEP();
+        int rcw = round == 1 ? MPI_Waitall(2, q, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+        if (round != 1) { /* completed in the order issued, or the other way round */
+            rcw = MPI_Wait(&q[round == 0 ? 1 : 0], MPI_STATUS_IGNORE);
+            if (rcw == MPI_SUCCESS) rcw = MPI_Wait(&q[round == 0 ? 0 : 1], MPI_STATUS_IGNORE);
+        }
+        CHECK(rc0 == MPI_SUCCESS && rc1 == MPI_SUCCESS && rcw == MPI_SUCCESS, "round %d: calls %d %d, waits %d", round,
+              rc1, rc0, rcw);
+        for (int k = 0; k < 2; k++) {
+            gb_expect(&r[k], want[k], 4, k ? "allreduce with the next rank" : "allreduce with the previous rank");
+            gb_free(&s[k]);
+            gb_free(&r[k]);
+            free(want[k]);
+        }
+    }
+    MPI_Comm_free(&pair[0]);
+    MPI_Comm_free(&pair[1]);
+}
+
 static void sc_connect_crossing(void)
 {
     crossing_pair(1, 1024, "Ialltoall on A and B in opposite orders");
@@ -2445,6 +2504,7 @@ static const scenario_t scenarios[] = {
     {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0, 0},
     {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0, 0},
     {"connect_crossing", sc_connect_crossing, NULL, 2, 0, 0, 0, 0, 0},
+    {"cyclic_comms", sc_cyclic_comms, NULL, 3, 0, 0, 0, 0, 0},
 };
 
 static void usage(void)
