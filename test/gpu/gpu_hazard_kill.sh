@@ -8,13 +8,16 @@
 # Open MPI 4.1 aborts the whole job when a process dies. --enable-recovery keeps the others
 # running; orte_abort_on_non_zero_status=0 alone is not enough: the first survivor that exits
 # without MPI_Finalize then aborts the job and kills the rest before they can report.
+# NM_HAZARD_PROG: another build of the program (test/unit/hazard.sh: the stand-ins), run without
+# the GPU probe.
 b=$1
 np=${2:-3}
-"$b/test/gpu/gpu_probe" || exit $?
+prog=${NM_HAZARD_PROG:-"$b/test/gpu/gpu_hazard"}
+[ -n "${NM_HAZARD_PROG:-}" ] || "$b/test/gpu/gpu_probe" || exit $?
 out=$(mktemp) || exit 2
 trap 'rm -f "$out"' EXIT
 NCCLMPI_TIMEOUT=5 timeout 60 "$b/test/run_mpi.sh" "$np" preload --enable-recovery \
-    --mca orte_abort_on_non_zero_status 0 "$b/test/gpu/gpu_hazard" kill >"$out" 2>&1
+    --mca orte_abort_on_non_zero_status 0 "$prog" kill >"$out" 2>&1
 rc=$?
 cat "$out"
 # ranks that share a GPU run staged, in the real MPI: a dead peer is its to report (design.md)

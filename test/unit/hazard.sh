@@ -2,12 +2,13 @@
 # hazard.sh BUILDDIR: the adversarial scenarios of test/gpu/gpu_hazard.c (per-rank layouts, empty
 # ranks, threads, first calls crossing host messages, communicators freed with requests
 # outstanding, churn, progress, coalescing triggers, explicit groups, injected faults, a fuzzer,
-# envelope order, crossing first uses of NCCL's connections) on ncclmpi's NCCL route without a
-# GPU: built as test/unit/hazard_stand_in against the stand-in CUDA runtime (fake_cudart.c) and
-# driver, each rank with a device of its own, the stand-in NCCL's several-rank mode (which aborts
-# where the ranks' calls differ, and connects at first use as NCCL does), streams running later as
-# a GPU's. At 2 and 3 ranks, each run under a time limit. HAZARD_SCENARIOS=... runs a subset;
-# HAZARD_ENV="NCCLMPI_X=v ..." adds settings (stand_in drops the caller's NCCLMPI_*).
+# envelope order, crossing first uses of NCCL's connections, cyclic communicator orders, a killed
+# rank) on ncclmpi's NCCL route without a GPU: built as test/unit/hazard_stand_in against the
+# stand-in CUDA runtime (fake_cudart.c) and driver, each rank with a device of its own, the
+# stand-in NCCL's several-rank mode (which aborts where the ranks' calls differ, and connects at
+# first use as NCCL does), streams running later as a GPU's. At 2 and 3 ranks, each run under a
+# time limit. HAZARD_SCENARIOS=... runs a subset; HAZARD_ENV="NCCLMPI_X=v ..." adds settings
+# (stand_in drops the caller's NCCLMPI_*).
 b=$1
 d="$b/hazard_test"
 prog="$b/test/unit/hazard_stand_in"
@@ -40,5 +41,13 @@ for sc in $scenarios; do
       fail=1
     fi
   done
+done
+# a rank killed in a collective loop: the survivors' calls end in errors (NCCLMPI_TIMEOUT)
+for np in 2 3; do
+  if NM_HAZARD_PROG="$prog" TMPDIR="$d" sh "$(dirname "$0")/../gpu/gpu_hazard_kill.sh" "$b" $np >"$d/out" 2>&1; then
+    echo "hazard: kill, $np ranks: ok ($(grep -c 'got its error' "$d/out") survivors reported the error)"
+  else
+    echo "hazard: FAIL: kill, $np ranks"; tail -20 "$d/out"; fail=1
+  fi
 done
 exit $fail
