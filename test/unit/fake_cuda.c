@@ -34,10 +34,11 @@
 EXPORT CUresult cuInit(unsigned flags) { return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
 EXPORT CUresult cuDriverGetVersion(int *v) { *v = 12040; return CUDA_SUCCESS; }
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s) { *s = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }
-EXPORT CUresult cuDeviceGetCount(int *n) { *n = 3; return CUDA_SUCCESS; }
+static int ndevices(void);
+EXPORT CUresult cuDeviceGetCount(int *n) { *n = ndevices(); return CUDA_SUCCESS; }
 EXPORT CUresult cuDeviceGet(CUdevice *d, int i)
 {
-    if (i < 0 || i > 2) return CUDA_ERROR_INVALID_DEVICE;
+    if (i < 0 || i >= ndevices()) return CUDA_ERROR_INVALID_DEVICE;
     *d = i;
     return CUDA_SUCCESS;
 }
@@ -116,15 +117,26 @@ static int lookup(uintptr_t p)
     return -1;
 }
 
-/* FAKE_CUDA_DEVICE_PER_RANK=1: the process's context is on device (world rank % 3), the rank
+/* FAKE_CUDA_DEVICE_PER_RANK=1: the process's context is on device (world rank % 8), the rank
  * from Open MPI's OMPI_COMM_WORLD_RANK, as if each rank of a job had a GPU of its own (with the
- * stand-in NCCL's shared-memory mode: NCCL communicators of several ranks) */
+ * stand-in NCCL's shared-memory mode: NCCL communicators of several ranks); the stand-in then has
+ * 8 devices (devices 3 to 7 with peer access to every other one), else 3 */
+static int per_rank(void)
+{
+    static int p = -1;
+    if (p < 0) {
+        const char *e = getenv("FAKE_CUDA_DEVICE_PER_RANK");
+        p = e && *e == '1';
+    }
+    return p;
+}
+static int ndevices(void) { return per_rank() ? 8 : 3; }
 static int my_device(void)
 {
     static int d = -1;
     if (d < 0) {
-        const char *e = getenv("FAKE_CUDA_DEVICE_PER_RANK"), *r = getenv("OMPI_COMM_WORLD_RANK");
-        d = e && *e == '1' && r ? atoi(r) % 3 : 0;
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        d = per_rank() && r ? atoi(r) % ndevices() : 0;
     }
     return d;
 }

@@ -6,9 +6,9 @@
 # rank) on ncclmpi's NCCL route without a GPU: built as test/unit/hazard_stand_in against the
 # stand-in CUDA runtime (fake_cudart.c) and driver, each rank with a device of its own, the
 # stand-in NCCL's several-rank mode (which aborts where the ranks' calls differ, and connects at
-# first use as NCCL does), streams running later as a GPU's. At 2 and 3 ranks, each run under a
-# time limit. HAZARD_SCENARIOS=... runs a subset; HAZARD_ENV="NCCLMPI_X=v ..." adds settings
-# (stand_in drops the caller's NCCLMPI_*).
+# first use as NCCL does), streams running later as a GPU's. At 2 and 3 ranks (some at 4), each
+# run under a time limit. HAZARD_SCENARIOS=... runs a subset, HAZARD_NP=... at those rank
+# counts; HAZARD_ENV="NCCLMPI_X=v ..." adds settings (stand_in drops the caller's NCCLMPI_*).
 b=$1
 d="$b/hazard_test"
 prog="$b/test/unit/hazard_stand_in"
@@ -20,9 +20,13 @@ scenarios=${HAZARD_SCENARIOS:-"layout_gather layout_bcast layout_reduce empty_ga
   empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing comm_free_outstanding
   dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order
   connect_crossing cyclic_comms"}
+# at 4 ranks too: orders and agreements whose cycles need more than three ranks to show
+np4="cyclic_comms connect_crossing coalesce_triggers explicit_group fuzz threads comm_free_outstanding use_churn"
 fail=0
 for sc in $scenarios; do
-  for np in 2 3; do
+  nps=${HAZARD_NP:-"2 3"}
+  case " $np4 " in *" $sc "*) [ -z "${HAZARD_NP:-}" ] && nps="2 3 4" ;; esac
+  for np in $nps; do
     case $sc in fault|fault_nb) [ $np = 3 ] && continue ;; cyclic_comms) [ $np = 2 ] && continue ;; esac
     # (as test/gpu/tests.cmake sets them: mixed memory kinds need the vote; the 20th launch of
     # world rank 0 fails, its peers time out)

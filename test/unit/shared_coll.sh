@@ -36,10 +36,10 @@ for c in 2:1 2:3 2:4 1:3 r:3 0:4; do
 done
 # a device of its own per rank and the stand-in NCCL's several-rank mode: the same cases on the NCCL
 # route (its bodies: NCCL's collectives, grouped sends and receives, packing, per-rank types)
-# against the real MPI, at 2 and 3 ranks (the stand-in has 3 devices), communicators taken over
+# against the real MPI, at 2 to 4 ranks, communicators taken over
 unset NCCLMPI_LOG NCCLMPI_LOG_SUBSYS NCCLMPI_COMM_CACHE NCCLMPI_SHARED_MIN NCCLMPI_SHARED_SLOT
 export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 NCCLMPI_ONESHOT=0 SHARED_COLL_ROUTE=nccl
-for np in 2 3; do
+for np in 2 3 4; do
   stand_in_run shared_coll "$b" "$d" "one device per rank, the NCCL route" $np "$prog" || fail=1
 done
 FAKE_CUDA_ASYNC=1 stand_in_run shared_coll "$b" "$d" "the NCCL route, streams run later" 3 "$prog" || fail=1
