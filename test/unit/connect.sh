@@ -3,8 +3,9 @@
 # (test/unit/connect_prog.c) at 2 and 3 ranks, each with a device of its own on the stand-in
 # driver (its streams running later, as a GPU's) and the stand-in NCCL's several-rank mode, which
 # connects an algorithm or a peer at its first use, on the host, waiting for the peers without MPI
-# progress, as NCCL does by default. With ncclmpi's default (NCCLMPI_CONNECT=init: every
-# connection made at the communicator's creation) every scenario must pass; with
+# progress, as NCCL does by default. With ncclmpi's default (NCCLMPI_CONNECT=init: connections
+# made at the communicator's creation by a ladder of collectives and an exchange with every peer)
+# and with NCCLMPI_CONNECT=all (NCCL_RUNTIME_CONNECT=0) every scenario must pass; with
 # NCCLMPI_CONNECT=lazy (NCCL's own first-use connections) the same programs must hang at a
 # connection: the stand-in's model of the hazard holds, and the test can fail.
 b=$1
@@ -18,6 +19,8 @@ for np in 2 3; do
   stand_in_run connect_prog "$b" "$d" "connections at creation" $np "$prog" || fail=1
 done
 NCCLMPI_COALESCE=0 stand_in_run connect_prog "$b" "$d" "NCCLMPI_COALESCE=0" 3 "$prog" || fail=1
+# NCCL_RUNTIME_CONNECT=0 set by ncclmpi: the stand-in connects its algorithms at creation
+NCCLMPI_CONNECT=all stand_in_run connect_prog "$b" "$d" "NCCLMPI_CONNECT=all" 3 "$prog" || fail=1
 for sc in coll alltoall progress; do
   NCCLMPI_CONNECT=lazy TMPDIR="$d" timeout -k 5 15 "$b/test/run_mpi.sh" 2 preload "$prog" $sc >"$d/out" 2>"$d/err"
   rc=$?

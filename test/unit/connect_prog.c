@@ -12,7 +12,8 @@
  *             of 128 KiB on A; rank 1 receives the message first, then joins the allreduce
  *             (rank 0's real MPI must progress while its allreduce waits)
  * argv[1] names one scenario (default: all). Outputs are poisoned first and checked against the
- * sums over the ranks. Prints "connect_prog: ok" when every rank passed. */
+ * sums over the ranks, and every device call must have run on the NCCL route. Prints
+ * "connect_prog: ok" when every rank passed. */
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -162,6 +163,21 @@ int main(int argc, char **argv)
         case 2: two_allreduces(sc, "group", 1); break;
         case 3: progress(sc); break;
         }
+    }
+    /* every device call ran on the NCCL route (a failed connection would stage them: right
+     * results, and nothing of what this program is about) */
+    int (*route)(const char *, int, unsigned long long *) =
+        (int (*)(const char *, int, unsigned long long *))dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
+    const char *const fns[] = {"MPI_Iallreduce", "MPI_Ialltoall", "MPI_Allreduce"};
+    for (int f = 0; f < 3; f++) {
+        unsigned long long staged = 0, nccl = 0;
+        if (!route || route(fns[f], 2 /* NCCLMPI_ROUTE_STAGED */, &staged) || route(fns[f], 1 /* NCCL */, &nccl)) {
+            fprintf(stderr, "connect_prog: no route counters (is libncclmpi preloaded?)\n");
+            failures++;
+            break;
+        }
+        if (staged && failures++ < 10)
+            fprintf(stderr, "connect_prog: FAIL: rank %d: %llu %s calls staged, %llu on NCCL\n", rank, staged, fns[f], nccl);
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -60,13 +60,15 @@ static ncclResult_t make(ncclComm_t *c, int nranks)
  * default), a communicator's first collective of an algorithm, and its first send or receive
  * with a peer (NCCL's AlltoAll, Gather and Scatter are sends and receives), connect at the call,
  * on the host, waiting for the peers to connect too (NCCL's bootstrap exchange), with no MPI
- * progress. Two algorithms here, by the call's bytes (below 64 KiB, and from 64 KiB). With
+ * progress. Three algorithms here, by the call's bytes (below 16 KiB, below 1 MiB, larger). With
  * NCCL_RUNTIME_CONNECT=0 the algorithms connect at the communicator's creation (the ranks meet
  * there anyway); sends and receives connect at first use either way, as NCCL's do. */
 enum { SLOT = 8 << 20, MAXR = 8, BOX = 1 << 20, MAXP = 256 };
 struct desc { int kind, type, op, root; size_t count; };
 struct shm_slot { struct desc d; char pad[64 - sizeof(struct desc)]; char data[SLOT]; };
-enum { NALGO = 2, ALGO_LARGE = 64 << 10 };
+enum { NALGO = 3 };
+/* the algorithm of a collective of `bytes` (NCCL picks by size): below 16 KiB, below 1 MiB, larger */
+static int algo_of(size_t bytes) { return bytes < (16 << 10) ? 0 : bytes < (1 << 20) ? 1 : 2; }
 struct shm_head {
     _Atomic unsigned long arrived;
     char pad[56];
@@ -268,7 +270,7 @@ static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, s
         for (int q = 0; q < c->base.nranks; q++) peers[q] = d.kind == K_ALLTOALL || c->rank == d.root || q == d.root;
         connect_peers(c, peers);
     } else {
-        connect_algo(c, d.count * tsize((ncclDataType_t)d.type) >= ALGO_LARGE);
+        connect_algo(c, algo_of(d.count * tsize((ncclDataType_t)d.type)));
     }
     enqueue_fn q = stream_enqueue();
     if (!q) return shm_coll_now(c, d, s, mine, r, rbytes);

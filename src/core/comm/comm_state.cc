@@ -161,17 +161,19 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
     if (cs->rank == 0) NM_INFO(INIT, "%s: staged path for device buffers: %s", cs->describe().c_str(), b);
 }
 
-// NCCLMPI_CONNECT=init: the ranks' sends and receives to every peer connected now, inside the
-// creation every rank of comm is in, after it agreed that all made the NCCL communicator (NCCL's
-// algorithms were connected inside it: nccl_api.cc). Every rank reads the same size and settings,
-// so all connect or none; false on every rank when one failed. doc/design.md, "Connections at
-// creation".
+// NCCL's connections made now (NCCLMPI_CONNECT), inside the creation every rank of comm is in,
+// after it agreed that all made the NCCL communicator: init: the algorithms NCCL picks for a
+// ladder of sizes, and (on communicators of at most NCCLMPI_CONNECT_PEERS ranks) every peer's
+// sends and receives; all: the peers only (NCCL connected every algorithm inside its
+// initialization: nccl_api.cc). Every rank reads the same size and settings, so all connect alike
+// or none does; false on every rank when one failed. doc/design.md, "Connected at creation".
 static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
 {
-    if (strcmp(nm_cfg.CONNECT, "init") || size < 2 || size > nm_cfg.CONNECT_PEERS) return true;
-    int ok = pg->connect_peers() == NM_OK, all_ok = 0;
+    const bool lazy = !strcmp(nm_cfg.CONNECT, "lazy"), all = !strcmp(nm_cfg.CONNECT, "all");
+    if (lazy || size < 2) return true;
+    int ok = pg->connect(!all, size <= nm_cfg.CONNECT_PEERS) == NM_OK, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-    if (!all_ok) pg->fail("connecting the ranks' sends and receives failed on some rank");
+    if (!all_ok) pg->fail("connecting the ranks failed on some rank");
     return all_ok != 0;
 }
 
@@ -258,7 +260,7 @@ void comm_create(CommState *cs, int device)
     }
     if (!connect_now(pg.get(), cs->comm, cs->size)) {
         pg->destroy();
-        return set_staged(cs, "", -1, "connecting the ranks' sends and receives failed on some rank");
+        return set_staged(cs, "", -1, "connecting the ranks failed on some rank");
     }
     oneshot_setup(pg.get(), cs->comm);  // collective: every rank is here
     cs->pg = std::move(pg);

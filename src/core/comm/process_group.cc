@@ -121,24 +121,47 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
     return finish_init(nccl.ncclCommSplit(parent.nccl_comm(), color, key, &nccl_, &cfg), "ncclCommSplit", t0);
 }
 
-nm_status_t ProcessGroup::connect_peers()
+// The warm-up ladder (bytes of the whole call, as NCCL sizes it when it picks an algorithm: ring,
+// tree, NVLS...; each first use of an algorithm connects it): an allreduce at every size from 4
+// bytes to 16 MiB by factors of 4, an allgather and a reduce-scatter at every other one up to
+// 4 MiB, then a broadcast and a reduce (rings only).
+static constexpr size_t kLadderTop = 16u << 20, kLadderGatherTop = 4u << 20;
+
+nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
 {
-    if (size_ < 2) return NM_OK;
+    if (size_ < 2 || (!algorithms && !peers)) return NM_OK;
     DeviceGuard g(ctx_);
+    const size_t n = (size_t)size_;
+    const size_t bytes = algorithms ? kLadderTop : 2 * n;
     CUdeviceptr b = 0;
-    if (cu.cuMemAlloc(&b, 2 * (size_t)size_) != CUDA_SUCCESS) return NM_ERR_CUDA;
-    ncclResult_t r = nccl.ncclGroupStart();
-    for (int p = 0; p < size_ && r == ncclSuccess; p++) {
-        if (p == rank_) continue;
-        r = nccl.ncclSend((const void *)(b + p), 1, ncclInt8, p, nccl_, stream_);
-        if (r == ncclSuccess) r = nccl.ncclRecv((void *)(b + size_ + p), 1, ncclInt8, p, nccl_, stream_);
+    if (cu.cuMemAlloc(&b, bytes) != CUDA_SUCCESS) return NM_ERR_CUDA;
+    void *p = (void *)b;
+    ncclResult_t r = ncclSuccess;
+    // each call its own NCCL group: grouped calls of one kind are sized together
+    for (size_t sz = 4, i = 0; algorithms && sz <= kLadderTop && r == ncclSuccess; sz *= 4, i++) {
+        r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclSum, nccl_, stream_);
+        const size_t part = sz / n / 4 * 4;  // each rank's part, whole floats
+        if (i % 2 || sz > kLadderGatherTop || part == 0 || r != ncclSuccess) continue;
+        void *mine = (char *)p + (size_t)rank_ * part;  // (in place)
+        r = nccl.ncclAllGather(mine, p, part, ncclInt8, nccl_, stream_);
+        if (r == ncclSuccess) r = nccl.ncclReduceScatter(p, mine, part / 4, ncclFloat32, ncclSum, nccl_, stream_);
     }
-    const ncclResult_t e = nccl.ncclGroupEnd();
-    if (r == ncclSuccess) r = e;
+    if (algorithms && r == ncclSuccess) r = nccl.ncclBroadcast(p, p, 4, ncclInt8, 0, nccl_, stream_);
+    if (algorithms && r == ncclSuccess) r = nccl.ncclReduce(p, p, 1, ncclFloat32, ncclSum, 0, nccl_, stream_);
+    if (peers && r == ncclSuccess) {  // one byte to and from every peer
+        r = nccl.ncclGroupStart();
+        for (int q = 0; q < size_ && r == ncclSuccess; q++) {
+            if (q == rank_) continue;
+            r = nccl.ncclSend((const char *)p + q, 1, ncclInt8, q, nccl_, stream_);
+            if (r == ncclSuccess) r = nccl.ncclRecv((char *)p + n + q, 1, ncclInt8, q, nccl_, stream_);
+        }
+        const ncclResult_t e = nccl.ncclGroupEnd();
+        if (r == ncclSuccess) r = e;
+    }
     const bool synced = cu.cuStreamSynchronize(stream_) == CUDA_SUCCESS;
     cu.cuMemFree(b);
     if (r != ncclSuccess) {
-        NM_WARN(INIT, "%s: connecting the peers failed: %s", describe().c_str(), nccl.ncclGetErrorString(r));
+        NM_WARN(INIT, "%s: connecting the ranks failed: %s", describe().c_str(), nccl.ncclGetErrorString(r));
         return NM_ERR_NCCL;
     }
     return synced ? NM_OK : NM_ERR_CUDA;

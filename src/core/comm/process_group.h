@@ -54,9 +54,12 @@ class ProcessGroup {
     nm_status_t init_with_id(const ncclUniqueId &id);
     // ncclCommSplit from the parent's NCCL communicator (collective over the parent's ranks).
     nm_status_t init_split(ProcessGroup &parent, int color, int key);
-    // One byte to and from every peer in one NCCL group, waited for: NCCL connects a peer's
-    // sends and receives at the first one, waiting for the peer on the host. Collective.
-    nm_status_t connect_peers();
+    // NCCL's connections made now, waited for (doc/design.md, "Connected at creation"): NCCL
+    // connects an algorithm at its first use, and a peer's sends and receives at the first one,
+    // waiting on the host for the peers. algorithms: one collective of each kind NCCL has an
+    // algorithm choice for, on a ladder of sizes (NCCL picks by size); peers: one byte to and
+    // from every peer. Collective.
+    nm_status_t connect(bool algorithms, bool peers);
 
     // Abort the NCCL communicator and keep the reason; later operations fail at once.
     // Idempotent and thread-safe: waits for a launch in progress on another thread (use_mu()).

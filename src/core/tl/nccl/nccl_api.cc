@@ -21,7 +21,7 @@ bool nccl_loaded() { return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE); }
 
 void nccl_connect_setup()
 {
-    if (strcmp(nm_cfg.CONNECT, "init")) return;
+    if (strcmp(nm_cfg.CONNECT, "all")) return;
     const char *v = nm_config_foreign("NCCL_RUNTIME_CONNECT");
     if (v && strcmp(v, "0")) {
         NM_INFO(INIT, "NCCL_RUNTIME_CONNECT=%s is set: NCCL connects each algorithm at its first use", v);

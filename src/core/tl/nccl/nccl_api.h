@@ -26,7 +26,7 @@ struct NcclApi {
 
 extern NcclApi nccl;
 
-// MPI_Init, with NCCLMPI_CONNECT=init: NCCL_RUNTIME_CONNECT=0 where the environment does not set
+// MPI_Init, with NCCLMPI_CONNECT=all: NCCL_RUNTIME_CONNECT=0 where the environment does not set
 // it, so that NCCL connects its algorithms inside ncclCommInitRank/ncclCommSplit, which ncclmpi
 // calls only where every rank of the communicator is (doc/design.md, "Connected at creation").
 // NCCL reads the variable once, at the process's first NCCL communicator.
