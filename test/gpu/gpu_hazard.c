@@ -2353,6 +2353,15 @@ static void sc_envelope_order(void)
  * opposite orders on even and odd ranks; NCCL connects at first use and waits for the peers there
  * (design.md, "Connected at creation") */
 
+/* r holds the ints of want (where check), then s, r and want go */
+static void expect_free(gbuf_t *s, gbuf_t *r, int *want, int check, const char *what)
+{
+    if (check) gb_expect(r, want, 4, what);
+    gb_free(s);
+    gb_free(r);
+    free(want);
+}
+
 static void crossing_pair(int kind, int n, const char *what)
 {
     MPI_Comm c[2] = {fresh_dup(), fresh_dup()};
@@ -2387,12 +2396,7 @@ static void crossing_pair(int kind, int n, const char *what)
     int rcw = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
     CHECK(rc[0] == MPI_SUCCESS && rc[1] == MPI_SUCCESS && rcw == MPI_SUCCESS, "%s: calls %d %d, Waitall %d", what, rc[0],
           rc[1], rcw);
-    for (int k = 0; k < 2; k++) {
-        if (kind != 2 || rank == 0) gb_expect(&r[k], want[k], 4, what);
-        gb_free(&s[k]);
-        gb_free(&r[k]);
-        free(want[k]);
-    }
+    for (int k = 0; k < 2; k++) expect_free(&s[k], &r[k], want[k], kind != 2 || rank == 0, what);
     MPI_Comm_free(&c[0]);
     MPI_Comm_free(&c[1]);
 }
@@ -2445,12 +2449,8 @@ static void sc_cyclic_comms(void)
         }
         CHECK(rc0 == MPI_SUCCESS && rc1 == MPI_SUCCESS && rcw == MPI_SUCCESS, "round %d: calls %d %d, waits %d", round,
               rc1, rc0, rcw);
-        for (int k = 0; k < 2; k++) {
-            gb_expect(&r[k], want[k], 4, k ? "allreduce with the next rank" : "allreduce with the previous rank");
-            gb_free(&s[k]);
-            gb_free(&r[k]);
-            free(want[k]);
-        }
+        for (int k = 0; k < 2; k++)
+            expect_free(&s[k], &r[k], want[k], 1, k ? "allreduce with the next rank" : "allreduce with the previous rank");
     }
     MPI_Comm_free(&pair[0]);
     MPI_Comm_free(&pair[1]);
