@@ -133,8 +133,8 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
     DeviceGuard g(ctx_);
     const size_t n = (size_t)size_;
     const size_t bytes = algorithms ? kLadderTop : 2 * n;
-    CUdeviceptr b = 0;
-    if (cu.cuMemAlloc(&b, bytes) != CUDA_SUCCESS) return NM_ERR_CUDA;
+    CUdeviceptr b = 0;  // (stream-ordered: no device-wide synchronization at its free)
+    if (cu.cuMemAllocAsync(&b, bytes, stream_) != CUDA_SUCCESS) return NM_ERR_CUDA;
     void *p = (void *)b;
     ncclResult_t r = ncclSuccess;
     // each call its own NCCL group: grouped calls of one kind are sized together
@@ -158,8 +158,8 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
         const ncclResult_t e = nccl.ncclGroupEnd();
         if (r == ncclSuccess) r = e;
     }
+    cu.cuMemFreeAsync(b, stream_);
     const bool synced = cu.cuStreamSynchronize(stream_) == CUDA_SUCCESS;
-    cu.cuMemFree(b);
     if (r != ncclSuccess) {
         NM_WARN(INIT, "%s: connecting the ranks failed: %s", describe().c_str(), nccl.ncclGetErrorString(r));
         return NM_ERR_NCCL;
