@@ -10,6 +10,10 @@
 #             one-shot kernels (NM_SANITIZE_TESTS="NP [VAR=VALUE] PROG ARGS;...",
 #             NM_SANITIZE_TOOLS to choose; gpu_coll --only NAME --trace narrows a report to a case)
 #   hazard  the hazard suite only
+#   connect NCCL's connections at creation (NCCLMPI_CONNECT), one rank per GPU: gpu_hazard
+#           connect_crossing and cyclic_comms with init (the default) and all must pass; with lazy,
+#           connect_crossing is expected to hang (60 s limit): real NCCL connecting at first use;
+#           comm_bench without the cache (a creation per use) with init, all and lazy
 #   p2p     the point-to-point tests (NCCLMPI_P2P_ENVELOPE=device included) and p2p_bench with
 #           envelopes off and on (NM_P2P_BENCH_ARGS adds arguments)
 #   bench   engine_bench (with and without coalescing, fused and not), comm_bench (NCCLMPI_COMM_CACHE 0 and 2),
@@ -57,6 +61,20 @@ ctest_run() {  # label regex, time limit
 }
 case "$mode" in
 hazard) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;  # the label includes the hazard suite
+connect)
+  np=$ngpu
+  for c in init all lazy; do
+    for sc in connect_crossing cyclic_comms; do
+      [ $sc = cyclic_comms ] && [ "$np" -lt 3 ] && continue
+      lim=120; [ $c = lazy ] && lim=60
+      NCCLMPI_CONNECT=$c timeout $lim $run -x NCCLMPI_CONNECT -np "$np" ./test/gpu/gpu_hazard $sc > "$OUT/connect_${c}_$sc.txt" 2>&1
+      echo "== NCCLMPI_CONNECT=$c gpu_hazard $sc np=$np: exit $? $(grep -E "gpu_hazard $sc: (OK|FAIL)" "$OUT/connect_${c}_$sc.txt" | head -1)"
+    done
+    echo "== comm_bench np=$np, NCCLMPI_CONNECT=$c, NCCLMPI_COMM_CACHE=0 (a creation per use)"
+    NCCLMPI_CONNECT=$c NCCLMPI_COMM_CACHE=0 timeout 200 $run -x NCCLMPI_CONNECT -x NCCLMPI_COMM_CACHE -np "$np" ./bench/comm_bench -r 3 \
+      -o "$OUT/comm_np${np}_connect_$c.csv" 2>&1 | tail -6
+  done
+  exit 0 ;;
 p2p)
   [ "${NM_P2P_TESTS:-1}" = 0 ] || timeout "${NM_CTEST_LIMIT:-300}" ctest -L gpu -R "gpu_(p2p|persist|neighbor|hazard_envelope)" --output-on-failure -j1 --timeout 120 > "$OUT/ctest.log" 2>&1
   echo "== ctest (p2p): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
