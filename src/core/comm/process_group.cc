@@ -122,9 +122,9 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
 }
 
 // The warm-up ladder (bytes of the whole call, as NCCL sizes it when it picks an algorithm: ring,
-// tree, NVLS...; each first use of an algorithm connects it): an allreduce at every size from 4
-// bytes to 16 MiB by factors of 4, an allgather and a reduce-scatter at every other one up to
-// 4 MiB, then a broadcast and a reduce (rings only).
+// tree, NVLS...; each first use of an algorithm connects it): allreduces (a sum and a product) at
+// every size from 4 bytes to 16 MiB by factors of 4, an allgather and a reduce-scatter at every
+// other one up to 4 MiB, then a broadcast and a reduce (rings only).
 static constexpr size_t kLadderTop = 16u << 20, kLadderGatherTop = 4u << 20;
 
 nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
@@ -140,6 +140,8 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
     // each call its own NCCL group: grouped calls of one kind are sized together
     for (size_t sz = 4, i = 0; algorithms && sz <= kLadderTop && r == ncclSuccess; sz *= 4, i++) {
         r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclSum, nccl_, stream_);
+        // (a product: what NVLS cannot run, so also the algorithm picked where NVLS would be)
+        if (r == ncclSuccess) r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclProd, nccl_, stream_);
         const size_t part = sz / n / 4 * 4;  // each rank's part, whole floats
         if (i % 2 || sz > kLadderGatherTop || part == 0 || r != ncclSuccess) continue;
         void *mine = (char *)p + (size_t)rank_ * part;  // (in place)
