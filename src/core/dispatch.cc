@@ -240,6 +240,12 @@ Classified classify(BufRef *b, int nb)
     return c;
 }
 
+bool connect_lazy()
+{
+    static const bool lazy = !strcmp(nm_cfg.CONNECT, "lazy");
+    return lazy;
+}
+
 nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified &c)
 {
     nm_route_in_t in;
@@ -259,6 +265,9 @@ nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified 
     // only a device rank can take it (host-buffer calls skip the lookup)
     if (in.cap == NM_CAP_READY && in.rank_kind == NM_RK_DEVICE)
         in.oneshot = oneshot_fits(cs->pg.get(), x.o->kind, d, x.o->op, x.o->rcount);
+    // (sends and receives connect at first use with NCCLMPI_CONNECT=lazy: nothing to agree on)
+    if (in.cap == NM_CAP_READY && (nm_opk(in.kind) & NM_KF_SENDRECV) && !connect_lazy())
+        in.peers_cold = !cs->pg->peers_connected();
     return in;
 }
 
@@ -488,6 +497,17 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             comm_create(cs, creation_device(cs, c));
         }
         in.cap = cs->getcap();
+        d = nm_route(&in);
+    }
+    if (d.act & NM_ACT_CONNECT) {  // a blocking collective every rank of the communicator has data in
+        nm_flush();
+        {
+            WaitWatch w(nm_fn_names[o->fn], "connecting the communicator's sends and receives to every peer, which every rank of it joins");
+            std::lock_guard<std::mutex> g(cs->mu);
+            comm_connect_peers(cs);
+        }
+        in.cap = cs->getcap();
+        in.peers_cold = in.cap == NM_CAP_READY && !cs->pg->peers_connected();
         d = nm_route(&in);
     }
     NM_TRACE(CALL, "MPI_%s %s count=%d/%d root=%d dev=%d -> %s (%s)", nm_fn_names[o->fn],

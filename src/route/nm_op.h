@@ -33,47 +33,49 @@ enum {
                                (not NM_KF_COLL: device buffers are staged, host ones go to the real
                                MPI, so every rank's route ends in the same real-MPI call) */
     NM_KF_RECV = 1u << 9,   /* receives a point-to-point message (which may be an envelope) */
+    NM_KF_SENDRECV = 1u << 10, /* its NCCL body is sends and receives (NCCL's own AlltoAll, Gather
+                                  and Scatter too), which connect per peer at first use */
 };
 
 /*   X(KIND, name, facts) */
-#define NM_OPK_TABLE(X)                                                                       \
-    X(NONE, none, 0)                                                                          \
-    X(ALLREDUCE, allreduce, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL | NM_KF_ELEM)                 \
-    X(REDUCE, reduce, NM_KF_COLL | NM_KF_RED | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_ELEM)        \
-    X(BCAST, bcast, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_ELEM)                      \
-    X(ALLGATHER, allgather, NM_KF_COLL | NM_KF_NCCL)                                          \
-    X(ALLGATHERV, allgatherv, NM_KF_COLL | NM_KF_NCCL | NM_KF_V)                              \
-    X(ALLTOALL, alltoall, NM_KF_COLL | NM_KF_NCCL)                                            \
-    X(ALLTOALLV, alltoallv, NM_KF_COLL | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V)                  \
-    X(ALLTOALLW, alltoallw, NM_KF_COLL | NM_KF_AMBIG | NM_KF_V)                               \
-    X(REDUCE_SCATTER, reduce_scatter, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL)                    \
-    X(REDUCE_SCATTER_BLOCK, reduce_scatter_block, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL)        \
-    X(GATHER, gather, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL)                                 \
-    X(GATHERV, gatherv, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V)       \
-    X(SCATTER, scatter, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL)                               \
-    X(SCATTERV, scatterv, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V)     \
-    X(SCAN, scan, NM_KF_COLL | NM_KF_RED | NM_KF_ELEM)                                        \
-    X(EXSCAN, exscan, NM_KF_COLL | NM_KF_RED)                                                 \
-    X(BARRIER, barrier, NM_KF_COLL)                                                           \
-    X(NEIGHBOR_ALLGATHER, neighbor_allgather, NM_KF_NEIGH)                                    \
-    X(NEIGHBOR_ALLGATHERV, neighbor_allgatherv, NM_KF_NEIGH | NM_KF_V)                        \
-    X(NEIGHBOR_ALLTOALL, neighbor_alltoall, NM_KF_NEIGH)                                      \
-    X(NEIGHBOR_ALLTOALLV, neighbor_alltoallv, NM_KF_NEIGH | NM_KF_V)                          \
-    X(NEIGHBOR_ALLTOALLW, neighbor_alltoallw, NM_KF_NEIGH | NM_KF_V)                          \
-    X(SEND, send, NM_KF_P2P)                                                                  \
-    X(RECV, recv, NM_KF_P2P | NM_KF_RECV)                                                     \
-    X(SENDRECV, sendrecv, NM_KF_P2P | NM_KF_RECV)                                             \
-    X(SENDRECV_REPLACE, sendrecv_replace, NM_KF_P2P | NM_KF_RECV)                             \
-    X(MRECV, mrecv, NM_KF_P2P | NM_KF_RECV)                                                   \
-    X(PROBE, probe, 0)                                                                        \
-    X(START, start, 0)                                                                        \
-    X(WAIT, wait, 0)                                                                          \
-    X(WAITALL, waitall, 0)                                                                    \
-    X(WAITANY, waitany, 0)                                                                    \
-    X(WAITSOME, waitsome, 0)                                                                  \
-    X(TEST, test, 0)                                                                          \
-    X(REQUEST, request, 0)                                                                    \
-    X(COMM, comm, 0)                                                                          \
+#define NM_OPK_TABLE(X)                                                                                    \
+    X(NONE, none, 0)                                                                                       \
+    X(ALLREDUCE, allreduce, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL | NM_KF_ELEM)                              \
+    X(REDUCE, reduce, NM_KF_COLL | NM_KF_RED | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_ELEM)                     \
+    X(BCAST, bcast, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_ELEM)                                   \
+    X(ALLGATHER, allgather, NM_KF_COLL | NM_KF_NCCL)                                                       \
+    X(ALLGATHERV, allgatherv, NM_KF_COLL | NM_KF_NCCL | NM_KF_V | NM_KF_SENDRECV)                          \
+    X(ALLTOALL, alltoall, NM_KF_COLL | NM_KF_NCCL | NM_KF_SENDRECV)                                        \
+    X(ALLTOALLV, alltoallv, NM_KF_COLL | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V | NM_KF_SENDRECV)              \
+    X(ALLTOALLW, alltoallw, NM_KF_COLL | NM_KF_AMBIG | NM_KF_V)                                            \
+    X(REDUCE_SCATTER, reduce_scatter, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL)                                 \
+    X(REDUCE_SCATTER_BLOCK, reduce_scatter_block, NM_KF_COLL | NM_KF_RED | NM_KF_NCCL)                     \
+    X(GATHER, gather, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_SENDRECV)                             \
+    X(GATHERV, gatherv, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V | NM_KF_SENDRECV)   \
+    X(SCATTER, scatter, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_SENDRECV)                           \
+    X(SCATTERV, scatterv, NM_KF_COLL | NM_KF_ROOTED | NM_KF_NCCL | NM_KF_AMBIG | NM_KF_V | NM_KF_SENDRECV) \
+    X(SCAN, scan, NM_KF_COLL | NM_KF_RED | NM_KF_ELEM)                                                     \
+    X(EXSCAN, exscan, NM_KF_COLL | NM_KF_RED)                                                              \
+    X(BARRIER, barrier, NM_KF_COLL)                                                                        \
+    X(NEIGHBOR_ALLGATHER, neighbor_allgather, NM_KF_NEIGH)                                                 \
+    X(NEIGHBOR_ALLGATHERV, neighbor_allgatherv, NM_KF_NEIGH | NM_KF_V)                                     \
+    X(NEIGHBOR_ALLTOALL, neighbor_alltoall, NM_KF_NEIGH)                                                   \
+    X(NEIGHBOR_ALLTOALLV, neighbor_alltoallv, NM_KF_NEIGH | NM_KF_V)                                       \
+    X(NEIGHBOR_ALLTOALLW, neighbor_alltoallw, NM_KF_NEIGH | NM_KF_V)                                       \
+    X(SEND, send, NM_KF_P2P)                                                                               \
+    X(RECV, recv, NM_KF_P2P | NM_KF_RECV)                                                                  \
+    X(SENDRECV, sendrecv, NM_KF_P2P | NM_KF_RECV)                                                          \
+    X(SENDRECV_REPLACE, sendrecv_replace, NM_KF_P2P | NM_KF_RECV)                                          \
+    X(MRECV, mrecv, NM_KF_P2P | NM_KF_RECV)                                                                \
+    X(PROBE, probe, 0)                                                                                     \
+    X(START, start, 0)                                                                                     \
+    X(WAIT, wait, 0)                                                                                       \
+    X(WAITALL, waitall, 0)                                                                                 \
+    X(WAITANY, waitany, 0)                                                                                 \
+    X(WAITSOME, waitsome, 0)                                                                               \
+    X(TEST, test, 0)                                                                                       \
+    X(REQUEST, request, 0)                                                                                 \
+    X(COMM, comm, 0)                                                                                       \
     X(SYNC, sync, 0)
 
 typedef enum {

@@ -44,6 +44,19 @@ static unsigned create_act(const nm_route_in_t *in)
     return 0;
 }
 
+/* Connecting every peer's sends and receives: in a blocking collective of a kind where every rank
+ * has data and a body of sends and receives, on a READY communicator whose peers are cold, so
+ * that every rank of it is in the call (and routes it alike) and NCCL's first sends and receives
+ * never connect inside a nonblocking call. Shared facts only. */
+static unsigned connect_act(const nm_route_in_t *in)
+{
+    const unsigned f = nm_opk(in->kind);
+    if ((in->flags & NM_OPF_NB) || in->force_staged || in->cap != NM_CAP_READY || !in->peers_cold) return 0;
+    if (!(f & NM_KF_SENDRECV) || (f & NM_KF_AMBIG) || !nm_route_nccl_capable(in)) return 0;
+    if (in->agree && in->vote != NM_VOTE_NCCL) return 0;
+    return NM_ACT_CONNECT;
+}
+
 nm_decision_t nm_route(const nm_route_in_t *in)
 {
     const unsigned f = nm_opk(in->kind);
@@ -56,7 +69,7 @@ nm_decision_t nm_route(const nm_route_in_t *in)
         if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT, 0);
         return mk(NCCLMPI_ROUTE_STAGED, (f & NM_KF_NEIGH) ? NM_WHY_NEIGHBOR : NM_WHY_P2P, 0);
     }
-    unsigned act = create_act(in);
+    unsigned act = create_act(in) | connect_act(in);
     if (in->rank_kind == NM_RK_EMPTY) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_EMPTY, act);
     if (in->rank_kind == NM_RK_HOST) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_HOST_BUFFERS, act);
     if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
@@ -76,6 +89,10 @@ nm_decision_t nm_route(const nm_route_in_t *in)
         if (in->vote != NM_VOTE_NCCL) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_MIXED, act);
     }
     const unsigned carrier = (f & NM_KF_AMBIG) ? NM_ACT_CARRIER : 0;
+    /* sends and receives not connected: only a blocking call that connects them first may use
+     * NCCL (routed again after); the others are staged, whose real-MPI call every rank makes */
+    if (in->cap == NM_CAP_READY && in->peers_cold && (f & NM_KF_SENDRECV) && !(act & NM_ACT_CONNECT))
+        return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PEERS, act);
     if (in->cap == NM_CAP_READY || (act & NM_ACT_CREATE))  /* after a creation: routed again */
         return mk(NCCLMPI_ROUTE_NCCL, NM_WHY_NCCL, act | carrier);
     /* no NCCL communicator, and this call cannot make one: the staged path, whose real-MPI
@@ -116,6 +133,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
         [NM_WHY_NEIGHBOR] = "neighbourhood collective on device buffers is staged",
         [NM_WHY_PERSISTENT_COLL] = "persistent collectives on device buffers are not supported",
+        [NM_WHY_PEERS] = "sends and receives not connected yet (at the next blocking alltoall, gather or scatter)",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";
 }

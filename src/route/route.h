@@ -62,6 +62,7 @@ typedef enum {
     NM_WHY_ONESHOT,       /* small reduction the one-shot kernels run */
     NM_WHY_NEIGHBOR,      /* neighbourhood collective on device buffers: staged */
     NM_WHY_PERSISTENT_COLL, /* persistent collective (MPI-4) on device buffers: not supported */
+    NM_WHY_PEERS,         /* the communicator's sends and receives are not connected yet */
     NM_WHY_COUNT_
 } nm_why_t;
 
@@ -72,6 +73,8 @@ enum {
     NM_ACT_PENDING = 1u << 1, /* mark the communicator PENDING */
     NM_ACT_CARRIER = 1u << 2, /* NCCL route of an AMBIG kind: also make the real MPI call with
                                  zero counts, which matches what an EMPTY rank calls */
+    NM_ACT_CONNECT = 1u << 3, /* connect the communicator's sends and receives to every peer now
+                                 (a blocking collective every rank has data in), then route again */
 };
 
 typedef struct nm_route_in {
@@ -88,6 +91,9 @@ typedef struct nm_route_in {
     int force_staged;  /* NCCLMPI_FORCE_STAGED */
     int oneshot;       /* the one-shot kernels can run this call on the communicator's window
                           (kind, type, op, count, the agreed window, the settings: shared facts) */
+    int peers_cold;    /* READY, but NCCL's sends and receives are not connected to every peer
+                          (NCCLMPI_CONNECT, larger than NCCLMPI_CONNECT_PEERS): the agreed state of
+                          the communicator's NCCL side, changed only by NM_ACT_CONNECT */
 } nm_route_in_t;
 
 typedef struct nm_decision {

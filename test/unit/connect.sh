@@ -19,6 +19,9 @@ for np in 2 3; do
   stand_in_run connect_prog "$b" "$d" "connections at creation" $np "$prog" || fail=1
 done
 NCCLMPI_COALESCE=0 stand_in_run connect_prog "$b" "$d" "NCCLMPI_COALESCE=0" 3 "$prog" || fail=1
+# more ranks than NCCLMPI_CONNECT_PEERS: sends and receives connect at the first blocking
+# alltoall (after a barrier of the real MPI), nonblocking ones before it are staged
+NCCLMPI_CONNECT_PEERS=2 CONNECT_PROG_COLD=1 stand_in_run connect_prog "$b" "$d" "NCCLMPI_CONNECT_PEERS=2 (cold)" 3 "$prog" cold || fail=1
 # NCCL_RUNTIME_CONNECT=0 set by ncclmpi: the stand-in connects its algorithms at creation
 NCCLMPI_CONNECT=all stand_in_run connect_prog "$b" "$d" "NCCLMPI_CONNECT=all" 3 "$prog" || fail=1
 for sc in coll alltoall progress; do

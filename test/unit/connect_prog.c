@@ -11,6 +11,9 @@
  *   progress  rank 0 posts a 4 MiB host MPI_Isend to rank 1, then a blocking device MPI_Allreduce
  *             of 128 KiB on A; rank 1 receives the message first, then joins the allreduce
  *             (rank 0's real MPI must progress while its allreduce waits)
+ *   cold      alltoalls crossing, then blocking, then crossing again: with more ranks than
+ *             NCCLMPI_CONNECT_PEERS (CONNECT_PROG_COLD=1), the first crossing ones are staged until
+ *             the blocking ones connect every peer
  * argv[1] names one scenario (default: all). Outputs are poisoned first and checked against the
  * sums over the ranks, and every device call must have run on the NCCL route. Prints
  * "connect_prog: ok" when every rank passed. */
@@ -89,9 +92,10 @@ static void two_allreduces(int sc, const char *what, int grouped)
     MPI_Comm_free(&c[1]);
 }
 
-static void two_alltoalls(int sc)
+/* alltoalls on c[0] and c[1], issued in opposite orders on even and odd ranks (blocking: one
+ * after the other, in one order), checked */
+static void alltoall_pair(MPI_Comm c[2], int sc, int blocking)
 {
-    MPI_Comm c[2] = {fresh(), fresh()};
     MPI_Request q[2];
     const int per = 64;  /* ints to each rank */
     int *s[2] = {(int *)(uintptr_t)bufs[0], (int *)(uintptr_t)bufs[1]};
@@ -101,10 +105,11 @@ static void two_alltoalls(int sc)
         memset(r[k], 0xa5, (size_t)per * size * sizeof(int));
     }
     for (int j = 0; j < 2; j++) {
-        const int k = rank % 2 ? 1 - j : j;
-        MPI_Ialltoall(s[k], per, MPI_INT, r[k], per, MPI_INT, c[k], &q[k]);
+        const int k = blocking ? j : rank % 2 ? 1 - j : j;
+        if (blocking) MPI_Alltoall(s[k], per, MPI_INT, r[k], per, MPI_INT, c[k]);
+        else MPI_Ialltoall(s[k], per, MPI_INT, r[k], per, MPI_INT, c[k], &q[k]);
     }
-    MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    if (!blocking) MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
     for (int k = 0; k < 2; k++)
         for (int from = 0; from < size; from++)
             for (int i = 0; i < per; i++) {
@@ -113,6 +118,25 @@ static void two_alltoalls(int sc)
                     fprintf(stderr, "connect_prog: FAIL: rank %d, alltoall %d: element %d from rank %d is %d, expected %d\n",
                             rank, k, i, from, r[k][from * per + i], want);
             }
+}
+
+static void two_alltoalls(int sc)
+{
+    MPI_Comm c[2] = {fresh(), fresh()};
+    alltoall_pair(c, sc, 0);
+    MPI_Comm_free(&c[0]);
+    MPI_Comm_free(&c[1]);
+}
+
+/* communicators whose sends and receives are not connected at creation (more ranks than
+ * NCCLMPI_CONNECT_PEERS): crossing nonblocking alltoalls (staged until connected), blocking ones
+ * (which connect every peer), crossing nonblocking ones again (on NCCL now) */
+static void cold_alltoalls(int sc)
+{
+    MPI_Comm c[2] = {fresh(), fresh()};
+    alltoall_pair(c, sc, 0);
+    alltoall_pair(c, sc + 1, 1);
+    alltoall_pair(c, sc + 2, 0);
     MPI_Comm_free(&c[0]);
     MPI_Comm_free(&c[1]);
 }
@@ -152,9 +176,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *only = argc > 1 ? argv[1] : NULL;
-    const char *const names[] = {"coll", "alltoall", "group", "progress"};
+    const char *const names[] = {"coll", "alltoall", "group", "progress", "cold"};
     int ran = 0;
-    for (int sc = 0; sc < 4; sc++) {
+    for (int sc = 0; sc < 5; sc++) {
         if (only && strcmp(only, names[sc])) continue;
         ran++;
         switch (sc) {
@@ -162,6 +186,7 @@ int main(int argc, char **argv)
         case 1: two_alltoalls(sc); break;
         case 2: two_allreduces(sc, "group", 1); break;
         case 3: progress(sc); break;
+        case 4: cold_alltoalls(10 * sc); break;
         }
     }
     /* every device call ran on the NCCL route (a failed connection would stage them: right
@@ -176,8 +201,13 @@ int main(int argc, char **argv)
             failures++;
             break;
         }
-        if (staged && failures++ < 10)
-            fprintf(stderr, "connect_prog: FAIL: rank %d: %llu %s calls staged, %llu on NCCL\n", rank, staged, fns[f], nccl);
+        /* CONNECT_PROG_COLD=1 (with NCCLMPI_CONNECT_PEERS below the ranks, "cold" alone): the
+         * first two nonblocking alltoalls are staged, nothing else */
+        const char *cold = getenv("CONNECT_PROG_COLD");
+        const unsigned long long want = cold && *cold == '1' && f == 1 ? 2 : 0;
+        if (staged != want && failures++ < 10)
+            fprintf(stderr, "connect_prog: FAIL: rank %d: %llu %s calls staged (expected %llu), %llu on NCCL\n", rank,
+                    staged, fns[f], want, nccl);
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -22,11 +22,11 @@ stand_in() {
   # the program loads the stand-in driver (preloaded), and ncclmpi finds it there
   export NCCLMPI_CUDA_LIB="$_si_d/libcuda.so.1" NM_TEST_PRELOAD="$_si_d/libcuda.so.1"
 }
-# stand_in_run PROGNAME BUILDDIR DIR CASE NP PROG: runs PROG at NP ranks, preloaded (TMPDIR: DIR,
-# 120 s limit), and expects "PROGNAME: ok" in its output; says how CASE went; returns 1 when it
-# failed; exits 77 when the program skipped.
+# stand_in_run PROGNAME BUILDDIR DIR CASE NP PROG [ARG]: runs PROG (with ARG) at NP ranks,
+# preloaded (TMPDIR: DIR, 120 s limit), and expects "PROGNAME: ok" in its output; says how CASE
+# went; returns 1 when it failed; exits 77 when the program skipped.
 stand_in_run() {
-  TMPDIR="$3" timeout 120 "$2/test/run_mpi.sh" "$5" preload "$6" >"$3/out" 2>"$3/err"
+  TMPDIR="$3" timeout 120 "$2/test/run_mpi.sh" "$5" preload "$6" ${7:+"$7"} >"$3/out" 2>"$3/err"
   _si_rc=$?
   [ $_si_rc = 77 ] && exit 77
   if [ $_si_rc != 0 ] || ! grep -q "$1: ok" "$3/out"; then

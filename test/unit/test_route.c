@@ -128,6 +128,21 @@ static void test_route(void)
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).act == 0);
     in.cap = NM_CAP_READY;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && nm_route(&in).act == NM_ACT_CARRIER);
+    /* sends and receives not connected (a communicator larger than NCCLMPI_CONNECT_PEERS): a
+     * blocking alltoall connects them and then runs on NCCL; nonblocking and ambiguous ones are
+     * staged meanwhile; kinds without a body of sends and receives do not care */
+    in = dev_coll(NM_OPK_ALLTOALL);
+    in.peers_cold = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && nm_route(&in).act == NM_ACT_CONNECT);
+    in.flags = NM_OPF_NB;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_PEERS && nm_route(&in).act == 0);
+    in = dev_coll(NM_OPK_GATHERV);
+    in.peers_cold = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_PEERS);
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.peers_cold = 1;
+    in.flags = NM_OPF_NB;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && nm_route(&in).act == 0);
     for (int w = 0; w < NM_WHY_COUNT_; w++) CHECK(strcmp(nm_why_str((nm_why_t)w), "?") != 0);
     for (int k = 0; k < NM_OPK_COUNT; k++) CHECK(strcmp(nm_opkind_name(k), "?") != 0);
     for (int c = 0; c < NM_CAP_COUNT_; c++) CHECK(strcmp(nm_cap_str(c), "?") != 0);
@@ -173,8 +188,9 @@ static void check_ranks(nm_route_in_t base, const int rk[NR])
         real += makes_real_call(d[r]);
     }
     checked_cases++;
+    const unsigned shared_acts = NM_ACT_CREATE | NM_ACT_PENDING | NM_ACT_CONNECT;
     for (int r = 1; r < NR; r++) {
-        if ((d[r].act & (NM_ACT_CREATE | NM_ACT_PENDING)) != (d[0].act & (NM_ACT_CREATE | NM_ACT_PENDING))) {
+        if ((d[r].act & shared_acts) != (d[0].act & shared_acts)) {
             fprintf(stderr, "kind %s nb %d cap %s agree %d: ranks %d/%d act %u/%u\n", nm_opkind_name(base.kind),
                     !!(base.flags & NM_OPF_NB), nm_cap_str(base.cap), base.agree, rk[0], rk[r], d[0].act, d[r].act);
             failures++;
@@ -208,7 +224,8 @@ static void test_route_agreement(void)
                 for (int ti = 0; ti < 2; ti++)
                     for (int oi = 0; oi < 2; oi++)
                         for (int agree = 0; agree < 2; agree++)
-                            for (int forced = 0; forced < 2; forced++) {
+                            for (int forced = 0; forced < 2; forced++)
+                            for (int cold = 0; cold < 2; cold++) {
                                 nm_route_in_t base;
                                 memset(&base, 0, sizeof(base));
                                 base.kind = kind;
@@ -218,6 +235,7 @@ static void test_route_agreement(void)
                                 base.nccl_op = nccl_ops[oi];
                                 base.agree = agree;
                                 base.force_staged = forced;
+                                base.peers_cold = cold;
                                 base.vote = -1;
                                 /* per-rank kinds over NR ranks: 3^NR assignments */
                                 for (int code = 0; code < 27; code++) {

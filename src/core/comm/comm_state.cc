@@ -170,11 +170,30 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
 static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
 {
     const bool lazy = !strcmp(nm_cfg.CONNECT, "lazy"), all = !strcmp(nm_cfg.CONNECT, "all");
-    if (lazy || size < 2) return true;
+    if (lazy || size < 2) return pg->connect(false, false) == NM_OK;  // (one rank: nothing to connect)
     int ok = pg->connect(!all, size <= nm_cfg.CONNECT_PEERS) == NM_OK, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
     if (!all_ok) pg->fail("connecting the ranks failed on some rank");
     return all_ok != 0;
+}
+
+void comm_connect_peers(CommState *cs)
+{
+    ProcessGroup *pg = cs->pg.get();
+    if (!pg || pg->peers_connected()) return;
+    PMPI_Barrier(cs->comm);  // every rank is here, each having had the real MPI progressed
+    int ok = 0, all_ok = 0;
+    {
+        std::lock_guard<std::recursive_mutex> use(pg->use_mu());
+        // (its launches so far finish first: its NCCL work stays in issue order on one stream)
+        const bool drained = !pg->last_stream || pg->last_stream == pg->stream() ||
+                             cu.cuStreamSynchronize(pg->last_stream) == CUDA_SUCCESS;
+        ok = drained && pg->connect(false, true) == NM_OK;
+    }
+    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, cs->comm);
+    if (all_ok) return;
+    pg->fail("connecting the ranks' sends and receives failed on some rank");
+    cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
 }
 
 void comm_create(CommState *cs, int device)

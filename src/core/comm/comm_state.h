@@ -68,6 +68,10 @@ CommState *comm_state(MPI_Comm comm);
 // The agreed creation of the NCCL communicator: collective over cs->comm, made at a point every
 // rank reaches (a blocking collective). Leaves cap READY or STAGED, the same on every rank.
 void comm_create(CommState *cs, int device);
+// NM_ACT_CONNECT, in a blocking collective every rank of cs has data in: its NCCL sends and
+// receives connected to every peer now (after a barrier of the real MPI), agreed; on a failure
+// every rank marks it FAILED. doc/design.md, "Connected at creation".
+void comm_connect_peers(CommState *cs);
 // NCCLMPI_EAGER: a communicator was created from `parent` (every rank of the parent is here).
 void comm_state_created(MPI_Comm parent, MPI_Comm child);
 // Drop one reference; the last one destroys the process group and the state.

@@ -129,6 +129,7 @@ static constexpr size_t kLadderTop = 16u << 20, kLadderGatherTop = 4u << 20;
 
 nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
 {
+    if (size_ < 2) peers_connected_.store(true, std::memory_order_release);
     if (size_ < 2 || (!algorithms && !peers)) return NM_OK;
     DeviceGuard g(ctx_);
     const size_t n = (size_t)size_;
@@ -166,7 +167,9 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
         NM_WARN(INIT, "%s: connecting the ranks failed: %s", describe().c_str(), nccl.ncclGetErrorString(r));
         return NM_ERR_NCCL;
     }
-    return synced ? NM_OK : NM_ERR_CUDA;
+    if (!synced) return NM_ERR_CUDA;
+    if (peers) peers_connected_.store(true, std::memory_order_release);
+    return NM_OK;
 }
 
 void ProcessGroup::fail(const std::string &why)

@@ -60,6 +60,9 @@ class ProcessGroup {
     // algorithm choice for, on a ladder of sizes (NCCL picks by size); peers: one byte to and
     // from every peer. Collective.
     nm_status_t connect(bool algorithms, bool peers);
+    // Every peer's sends and receives connected (by connect(), or a group of one rank). The same
+    // on every rank of the group: changed only by a connect() every rank makes.
+    bool peers_connected() const { return peers_connected_.load(std::memory_order_acquire); }
 
     // Abort the NCCL communicator and keep the reason; later operations fail at once.
     // Idempotent and thread-safe: waits for a launch in progress on another thread (use_mu()).
@@ -132,6 +135,7 @@ class ProcessGroup {
     size_t sbuf_cap_ = 0;
     CUdeviceptr dflags_ = 0;
     uint64_t tickets_[2] = {0, 0};
+    std::atomic<bool> peers_connected_{false};
     OneshotWindow *oneshot_ = nullptr;
 };
 
