@@ -240,12 +240,6 @@ Classified classify(BufRef *b, int nb)
     return c;
 }
 
-bool connect_lazy()
-{
-    static const bool lazy = !strcmp(nm_cfg.CONNECT, "lazy");
-    return lazy;
-}
-
 nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified &c)
 {
     nm_route_in_t in;
@@ -266,7 +260,7 @@ nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified 
     if (in.cap == NM_CAP_READY && in.rank_kind == NM_RK_DEVICE)
         in.oneshot = oneshot_fits(cs->pg.get(), x.o->kind, d, x.o->op, x.o->rcount);
     // (sends and receives connect at first use with NCCLMPI_CONNECT=lazy: nothing to agree on)
-    if (in.cap == NM_CAP_READY && (nm_opk(in.kind) & NM_KF_SENDRECV) && !connect_lazy())
+    if (in.cap == NM_CAP_READY && (nm_opk(in.kind) & NM_KF_SENDRECV) && connect_mode() != CONNECT_LAZY)
         in.peers_cold = !cs->pg->peers_connected();
     return in;
 }

@@ -169,7 +169,7 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
 // or none does; false on every rank when one failed. doc/design.md, "Connected at creation".
 static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
 {
-    const bool lazy = !strcmp(nm_cfg.CONNECT, "lazy"), all = !strcmp(nm_cfg.CONNECT, "all");
+    const bool lazy = connect_mode() == CONNECT_LAZY, all = connect_mode() == CONNECT_ALL;
     if (lazy || size < 2) return pg->connect(false, false) == NM_OK;  // (one rank: nothing to connect)
     int ok = pg->connect(!all, size <= nm_cfg.CONNECT_PEERS) == NM_OK, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);

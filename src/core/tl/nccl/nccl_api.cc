@@ -19,9 +19,16 @@ static nm_status_t load_status = NM_ERR_NCCL;
 
 bool nccl_loaded() { return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE); }
 
+ConnectMode connect_mode()
+{
+    static const ConnectMode m = !strcmp(nm_cfg.CONNECT, "lazy") ? CONNECT_LAZY
+                                 : !strcmp(nm_cfg.CONNECT, "all") ? CONNECT_ALL : CONNECT_INIT;
+    return m;
+}
+
 void nccl_connect_setup()
 {
-    if (strcmp(nm_cfg.CONNECT, "all")) return;
+    if (connect_mode() != CONNECT_ALL) return;
     const char *v = nm_config_foreign("NCCL_RUNTIME_CONNECT");
     if (v && strcmp(v, "0")) {
         NM_INFO(INIT, "NCCL_RUNTIME_CONNECT=%s is set: NCCL connects each algorithm at its first use", v);

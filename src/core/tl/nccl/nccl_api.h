@@ -26,6 +26,9 @@ struct NcclApi {
 
 extern NcclApi nccl;
 
+// NCCLMPI_CONNECT, parsed once (doc/design.md, "Connected at creation")
+enum ConnectMode { CONNECT_INIT, CONNECT_ALL, CONNECT_LAZY };
+ConnectMode connect_mode();
 // MPI_Init, with NCCLMPI_CONNECT=all: NCCL_RUNTIME_CONNECT=0 where the environment does not set
 // it, so that NCCL connects its algorithms inside ncclCommInitRank/ncclCommSplit, which ncclmpi
 // calls only where every rank of the communicator is (doc/design.md, "Connected at creation").
