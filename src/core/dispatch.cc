@@ -240,6 +240,15 @@ Classified classify(BufRef *b, int nb)
     return c;
 }
 
+// nm_route's peers_cold: a call whose NCCL body is sends and receives, on a READY communicator
+// whose peers are not connected yet (with NCCLMPI_CONNECT=lazy they connect at first use, as
+// NCCL's do: nothing to agree on)
+bool peers_cold(const CommState *cs, int kind, int cap)
+{
+    return cap == NM_CAP_READY && (nm_opk(kind) & NM_KF_SENDRECV) && connect_mode() != CONNECT_LAZY &&
+           !cs->pg->peers_connected();
+}
+
 nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified &c)
 {
     nm_route_in_t in;
@@ -259,9 +268,7 @@ nm_route_in_t route_input(const OpCtx &x, const CommState *cs, const Classified 
     // only a device rank can take it (host-buffer calls skip the lookup)
     if (in.cap == NM_CAP_READY && in.rank_kind == NM_RK_DEVICE)
         in.oneshot = oneshot_fits(cs->pg.get(), x.o->kind, d, x.o->op, x.o->rcount);
-    // (sends and receives connect at first use with NCCLMPI_CONNECT=lazy: nothing to agree on)
-    if (in.cap == NM_CAP_READY && (nm_opk(in.kind) & NM_KF_SENDRECV) && connect_mode() != CONNECT_LAZY)
-        in.peers_cold = !cs->pg->peers_connected();
+    in.peers_cold = peers_cold(cs, in.kind, in.cap);
     return in;
 }
 
@@ -483,25 +490,21 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         cs->pending_device = c.device;
         if (cs->cap.compare_exchange_strong(expect, NM_CAP_PENDING)) __atomic_add_fetch(&nm_pending_comms, 1, __ATOMIC_RELAXED);
     }
-    if (d.act & NM_ACT_CREATE) {  // a blocking collective: every rank of the communicator is here
+    // The agreed steps of a blocking collective, where every rank of the communicator is: its NCCL
+    // side's creation, then (a communicator larger than NCCLMPI_CONNECT_PEERS) its sends and
+    // receives connected; each changes only shared facts, which the call is routed on again.
+    for (int step = 0; step < 2 && (d.act & (NM_ACT_CREATE | NM_ACT_CONNECT)); step++) {
         nm_flush();
+        const bool create = (d.act & NM_ACT_CREATE) != 0;
         {
-            WaitWatch w(nm_fn_names[o->fn], "creating the communicator's NCCL communicator, which every rank of it joins");
+            WaitWatch w(nm_fn_names[o->fn], create ? "creating the communicator's NCCL communicator, which every rank of it joins"
+                                                   : "connecting the communicator's sends and receives to every peer, which every rank of it joins");
             std::lock_guard<std::mutex> g(cs->mu);
-            comm_create(cs, creation_device(cs, c));
+            if (create) comm_create(cs, creation_device(cs, c));
+            else comm_connect_peers(cs);
         }
         in.cap = cs->getcap();
-        d = nm_route(&in);
-    }
-    if (d.act & NM_ACT_CONNECT) {  // a blocking collective every rank of the communicator has data in
-        nm_flush();
-        {
-            WaitWatch w(nm_fn_names[o->fn], "connecting the communicator's sends and receives to every peer, which every rank of it joins");
-            std::lock_guard<std::mutex> g(cs->mu);
-            comm_connect_peers(cs);
-        }
-        in.cap = cs->getcap();
-        in.peers_cold = in.cap == NM_CAP_READY && !cs->pg->peers_connected();
+        in.peers_cold = peers_cold(cs, in.kind, in.cap);
         d = nm_route(&in);
     }
     NM_TRACE(CALL, "MPI_%s %s count=%d/%d root=%d dev=%d -> %s (%s)", nm_fn_names[o->fn],

@@ -13,7 +13,8 @@
  *             (rank 0's real MPI must progress while its allreduce waits)
  *   cold      alltoalls crossing, then blocking, then crossing again: with more ranks than
  *             NCCLMPI_CONNECT_PEERS (CONNECT_PROG_COLD=1), the first crossing ones are staged until
- *             the blocking ones connect every peer
+ *             the blocking ones connect every peer; then blocking alltoalls as the first device
+ *             calls of two more communicators (made and connected in them), crossing ones after
  * argv[1] names one scenario (default: all). Outputs are poisoned first and checked against the
  * sums over the ranks, and every device call must have run on the NCCL route. Prints
  * "connect_prog: ok" when every rank passed. */
@@ -100,8 +101,10 @@ static void alltoall_pair(MPI_Comm c[2], int sc, int blocking)
     const int per = 64;  /* ints to each rank */
     int *s[2] = {(int *)(uintptr_t)bufs[0], (int *)(uintptr_t)bufs[1]};
     int *r[2] = {s[0] + per * size, s[1] + per * size};
+    int cr[2];  /* this rank in each communicator (its order may not be MPI_COMM_WORLD's) */
     for (int k = 0; k < 2; k++) {
-        fill(s[k], sc, k, per * size);
+        MPI_Comm_rank(c[k], &cr[k]);
+        for (int i = 0; i < per * size; i++) s[k][i] = value(sc, k, i, cr[k]);
         memset(r[k], 0xa5, (size_t)per * size * sizeof(int));
     }
     for (int j = 0; j < 2; j++) {
@@ -113,7 +116,7 @@ static void alltoall_pair(MPI_Comm c[2], int sc, int blocking)
     for (int k = 0; k < 2; k++)
         for (int from = 0; from < size; from++)
             for (int i = 0; i < per; i++) {
-                const int want = value(sc, k, rank * per + i, from);
+                const int want = value(sc, k, cr[k] * per + i, from);
                 if (r[k][from * per + i] != want && failures++ < 10)
                     fprintf(stderr, "connect_prog: FAIL: rank %d, alltoall %d: element %d from rank %d is %d, expected %d\n",
                             rank, k, i, from, r[k][from * per + i], want);
@@ -137,6 +140,14 @@ static void cold_alltoalls(int sc)
     alltoall_pair(c, sc, 0);
     alltoall_pair(c, sc + 1, 1);
     alltoall_pair(c, sc + 2, 0);
+    MPI_Comm_free(&c[0]);
+    MPI_Comm_free(&c[1]);
+    /* communicators whose first device call is a blocking alltoall: made and connected in it, so
+     * the crossing nonblocking ones after it run on NCCL at once */
+    for (int k = 0; k < 2; k++)  /* (ranks reversed: no kept NCCL side of these processes to take over) */
+        MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &c[k]);
+    alltoall_pair(c, sc + 3, 1);
+    alltoall_pair(c, sc + 4, 0);
     MPI_Comm_free(&c[0]);
     MPI_Comm_free(&c[1]);
 }

@@ -121,14 +121,19 @@ static int lookup(uintptr_t p)
  * from Open MPI's OMPI_COMM_WORLD_RANK, as if each rank of a job had a GPU of its own (with the
  * stand-in NCCL's shared-memory mode: NCCL communicators of several ranks); the stand-in then has
  * 8 devices (devices 3 to 7 with peer access to every other one), else 3 */
+/* environment variable `name` is "1", read once into *cache (-1: not read yet) */
+static int env_on(const char *name, int *cache)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && *e == '1';
+    }
+    return *cache;
+}
 static int per_rank(void)
 {
     static int p = -1;
-    if (p < 0) {
-        const char *e = getenv("FAKE_CUDA_DEVICE_PER_RANK");
-        p = e && *e == '1';
-    }
-    return p;
+    return env_on("FAKE_CUDA_DEVICE_PER_RANK", &p);
 }
 static int ndevices(void) { return per_rank() ? 8 : 3; }
 static int my_device(void)
@@ -156,11 +161,7 @@ static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER
 static int async_on(void)
 {
     static int a = -1;
-    if (a < 0) {
-        const char *e = getenv("FAKE_CUDA_ASYNC");
-        a = e && *e == '1';
-    }
-    return a;
+    return env_on("FAKE_CUDA_ASYNC", &a);
 }
 static struct fq *q_of(CUstream s)
 {

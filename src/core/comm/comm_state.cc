@@ -167,14 +167,18 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
 // sends and receives; all: the peers only (NCCL connected every algorithm inside its
 // initialization: nccl_api.cc). Every rank reads the same size and settings, so all connect alike
 // or none does; false on every rank when one failed. doc/design.md, "Connected at creation".
-static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
+static bool connect_agreed(ProcessGroup *pg, MPI_Comm comm, bool algorithms, bool peers, bool ready = true)
 {
-    const bool lazy = connect_mode() == CONNECT_LAZY, all = connect_mode() == CONNECT_ALL;
-    if (lazy || size < 2) return pg->connect(false, false) == NM_OK;  // (one rank: nothing to connect)
-    int ok = pg->connect(!all, size <= nm_cfg.CONNECT_PEERS) == NM_OK, all_ok = 0;
+    int ok = ready && pg->connect(algorithms, peers) == NM_OK, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
     if (!all_ok) pg->fail("connecting the ranks failed on some rank");
     return all_ok != 0;
+}
+
+static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
+{
+    if (connect_mode() == CONNECT_LAZY || size < 2) return true;
+    return connect_agreed(pg, comm, connect_mode() != CONNECT_ALL, size <= nm_cfg.CONNECT_PEERS);
 }
 
 void comm_connect_peers(CommState *cs)
@@ -182,18 +186,10 @@ void comm_connect_peers(CommState *cs)
     ProcessGroup *pg = cs->pg.get();
     if (!pg || pg->peers_connected()) return;
     PMPI_Barrier(cs->comm);  // every rank is here, each having had the real MPI progressed
-    int ok = 0, all_ok = 0;
-    {
-        std::lock_guard<std::recursive_mutex> use(pg->use_mu());
-        // (its launches so far finish first: its NCCL work stays in issue order on one stream)
-        const bool drained = !pg->last_stream || pg->last_stream == pg->stream() ||
-                             cu.cuStreamSynchronize(pg->last_stream) == CUDA_SUCCESS;
-        ok = drained && pg->connect(false, true) == NM_OK;
-    }
-    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, cs->comm);
-    if (all_ok) return;
-    pg->fail("connecting the ranks' sends and receives failed on some rank");
-    cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+    // (its launches so far finish first: its NCCL work stays in issue order on one stream)
+    const bool drained = !pg->last_stream || pg->last_stream == pg->stream() ||
+                         cu.cuStreamSynchronize(pg->last_stream) == CUDA_SUCCESS;
+    if (!connect_agreed(pg, cs->comm, false, true, drained)) cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
 }
 
 void comm_create(CommState *cs, int device)

@@ -24,7 +24,7 @@ DeviceGuard::~DeviceGuard()
 }
 
 ProcessGroup::ProcessGroup(int comm_id, int device, int rank, int size)
-    : comm_id_(comm_id), device_(device), rank_(rank), size_(size)
+    : comm_id_(comm_id), device_(device), rank_(rank), size_(size), peers_connected_(size < 2)
 {
 }
 
@@ -129,8 +129,8 @@ static constexpr size_t kLadderTop = 16u << 20, kLadderGatherTop = 4u << 20;
 
 nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
 {
-    if (size_ < 2) peers_connected_.store(true, std::memory_order_release);
     if (size_ < 2 || (!algorithms && !peers)) return NM_OK;
+    std::lock_guard<std::recursive_mutex> use(use_mu_);  // (a later connect: against polls and aborts)
     DeviceGuard g(ctx_);
     const size_t n = (size_t)size_;
     const size_t bytes = algorithms ? kLadderTop : 2 * n;

@@ -135,7 +135,7 @@ class ProcessGroup {
     size_t sbuf_cap_ = 0;
     CUdeviceptr dflags_ = 0;
     uint64_t tickets_[2] = {0, 0};
-    std::atomic<bool> peers_connected_{false};
+    std::atomic<bool> peers_connected_;
     OneshotWindow *oneshot_ = nullptr;
 };
 
