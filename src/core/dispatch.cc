@@ -485,6 +485,13 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         in.vote = all;
     }
     nm_decision_t d = nm_route(&in);
+    // the application reset a device ncclmpi worked on (cuda_api.h): refused before anything
+    // made there is named (all ranks of an SPMD program that reset refuse the same call)
+    if ((d.route != NCCLMPI_ROUTE_HOST || c.device >= 0) && NM_UNLIKELY(!cuda_ctx_current(c.device))) {
+        *rc = raise_error(o, NM_ERR_CUDA, "the CUDA context of the device was reset (cudaDeviceReset) after ncclmpi "
+                                          "used it: device buffers cannot go through ncclmpi after a reset");
+        return ENTER_DONE;
+    }
     if (d.act & NM_ACT_PENDING) {
         int expect = NM_CAP_UNKNOWN;
         cs->pending_device = c.device;
@@ -749,7 +756,8 @@ extern "C" void nm_before_finalize(void)
     std::lock_guard<std::mutex> g(init_mu);
     if (finalized || !initialized) return;
     DepthGuard dg;
-    {
+    // (after a device reset, what was in flight there is gone with the handles that would wait)
+    if (!cuda_attached() || cuda_ctx_current()) {
         WaitWatch w("Finalize", "for ncclmpi's operations still in flight");
         tasks_drain();
         engine_drain();

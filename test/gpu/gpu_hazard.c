@@ -10,8 +10,8 @@
  * opposite orders, nonblocking collectives crossing point-to-point, communicator churn (also with
  * device collectives on every new communicator, one left in flight across MPI_Comm_free, from two
  * threads at once), progress
- * of host messages while a device collective waits, injected faults, a killed rank and bad
- * arguments. Results are checked against values computed on the host; receive buffers are
+ * of host messages while a device collective waits, a device reset (cudaDeviceReset) before
+ * MPI_Finalize and before more device calls, injected faults, a killed rank and bad arguments. Results are checked against values computed on the host; receive buffers are
  * poisoned (0xAB) with 256-byte guard zones on both sides, and every byte MPI must not write has
  * to keep the poison.
  *
@@ -2464,6 +2464,119 @@ static void sc_connect_crossing(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* reset_final, reset_reuse: the application resets its device (cudaDeviceReset) after device */
+/* communication, as programs that tidy up their GPU before MPI_Finalize do                  */
+
+/* a ring exchange of n ints on device buffers of comm c; returns the rc of the MPI calls and
+ * checks the data when they succeeded */
+static int dev_ring(MPI_Comm c, int n, int salt, const char *what)
+{
+    const int to = (rank + 1) % size, from = (rank + size - 1) % size;
+    int *h = malloc(n * sizeof(int)), *want = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        h[i] = rank * 1000003 + i + salt;
+        want[i] = from * 1000003 + i + salt;
+    }
+    gbuf_t sb = gb_dev_from(h, n * sizeof(int)), rb = gb_dev(n * sizeof(int));
+    STEP();
+    int rc = MPI_Sendrecv(sb.p, n, MPI_INT, to, 21, rb.p, n, MPI_INT, from, 21, c, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS) gb_expect(&rb, want, 4, what);
+    gb_free_all(&sb, &rb, NULL);
+    free(h);
+    free(want);
+    return rc;
+}
+
+/* device work of every kind ncclmpi keeps state for: a collective on a dup (left to free after
+ * the reset), on the world (1 MiB: NCCL, or staged in pieces where ranks share a GPU), a
+ * nonblocking one, device messages of two sizes */
+static MPI_Comm reset_before(void)
+{
+    MPI_Comm sub = fresh_dup();
+    dev_allreduce_check(sub, 4096, 5, "Allreduce on a dup before the reset");
+    dev_allreduce_check(MPI_COMM_WORLD, 1 << 18, 6, "1 MiB Allreduce before the reset");
+    CHECK(dev_ring(MPI_COMM_WORLD, 2, 1, "small device Sendrecv before the reset") == MPI_SUCCESS, "small Sendrecv failed");
+    CHECK(dev_ring(MPI_COMM_WORLD, 1 << 18, 2, "1 MiB device Sendrecv before the reset") == MPI_SUCCESS, "1 MiB Sendrecv failed");
+    {
+        const int n = 1000;
+        int *h = malloc(n * sizeof(int)), *want = malloc(n * sizeof(int));
+        for (int i = 0; i < n; i++) h[i] = rank + i, want[i] = size * (size - 1) / 2 + size * i;
+        gbuf_t sb = gb_dev_from(h, n * sizeof(int)), rb = gb_dev(n * sizeof(int));
+        MPI_Request q;
+        STEP();
+        int rc = MPI_Iallreduce(sb.p, rb.p, n, MPI_INT, MPI_SUM, sub, &q);
+        if (rc == MPI_SUCCESS) rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+        CHECK(rc == MPI_SUCCESS, "Iallreduce before the reset: %d", rc);
+        gb_expect(&rb, want, 4, "Iallreduce before the reset");
+        gb_free_all(&sb, &rb, NULL);
+        free(h);
+        free(want);
+    }
+    if (!host_mode) {
+        STEP();
+        CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset failed");
+    }
+    /* host calls as before */
+    int x = rank + 1, y = 0;
+    STEP();
+    MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(y == size * (size + 1) / 2, "host Allreduce after the reset: %d", y);
+    int got = -1;
+    STEP();
+    MPI_Sendrecv(&x, 1, MPI_INT, (rank + 1) % size, 22, &got, 1, MPI_INT, (rank + size - 1) % size, 22, sub,
+                 MPI_STATUS_IGNORE);
+    CHECK(got == (rank + size - 1) % size + 1, "host Sendrecv after the reset: %d", got);
+    return sub;
+}
+
+/* then straight to MPI_Comm_free and MPI_Finalize, which must return */
+static void sc_reset_final(void)
+{
+    MPI_Comm sub = reset_before();
+    STEP();
+    MPI_Comm_free(&sub);
+}
+
+/* then device calls again: each either works (the right result) or fails with an error class
+ * through MPI_ERRORS_RETURN, on every rank alike (every rank reset); never a crash, a hang or a
+ * wrong result */
+static void sc_reset_reuse(void)
+{
+    MPI_Comm sub = reset_before();
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    const int n = 4096;
+    int *h = malloc(n * sizeof(int)), *want = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) h[i] = (rank + 1) * i, want[i] = size * (size + 1) / 2 * i;
+    gbuf_t sb = gb_dev_from(h, n * sizeof(int)), rb = gb_dev(n * sizeof(int));
+    MPI_Comm comms[2] = {sub, MPI_COMM_WORLD};
+    int rcs[3];
+    for (int k = 0; k < 2; k++) {
+        STEP();
+        rcs[k] = MPI_Allreduce(sb.p, rb.p, n, MPI_INT, MPI_SUM, comms[k]);
+        if (rcs[k] == MPI_SUCCESS) gb_expect(&rb, want, 4, "Allreduce after the reset");
+    }
+    rcs[2] = dev_ring(sub, 64, 3, "device Sendrecv after the reset");
+    for (int k = 0; k < 3; k++) {
+        int cls = MPI_SUCCESS, len = 0;
+        char msg[MPI_MAX_ERROR_STRING] = "";
+        if (rcs[k] != MPI_SUCCESS) {
+            MPI_Error_class(rcs[k], &cls);
+            MPI_Error_string(rcs[k], msg, &len);
+        }
+        CHECK(cls == MPI_SUCCESS || cls == MPI_ERR_OTHER, "call %d after the reset: class %d (%s)", k, cls, msg);
+        if (rank == 0 && cls != MPI_SUCCESS)
+            printf("gpu_hazard %s: call %d after the reset refused: %s\n", scen, k, msg);
+    }
+    gb_free_all(&sb, &rb, NULL);
+    free(h);
+    free(want);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    STEP();
+    MPI_Comm_free(&sub);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 typedef struct {
     const char *name;
@@ -2505,6 +2618,8 @@ static const scenario_t scenarios[] = {
     {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0, 0},
     {"connect_crossing", sc_connect_crossing, NULL, 2, 0, 0, 0, 0, 0},
     {"cyclic_comms", sc_cyclic_comms, NULL, 3, 0, 0, 0, 0, 0},
+    {"reset_final", sc_reset_final, NULL, 1, 0, 0, 0, 0, 0},
+    {"reset_reuse", sc_reset_reuse, NULL, 1, 0, 0, 0, 0, 0},
 };
 
 static void usage(void)

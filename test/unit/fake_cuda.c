@@ -156,8 +156,21 @@ struct fq {
     pthread_cond_t cv;
     struct fq_item *head, *tail;  /* the head runs until it is done */
     int started;
+    unsigned long gen;            /* the context generation it was made in (a reset, below) */
 };
-static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0};
+/* Device resets (cuDevicePrimaryCtxReset, the runtime's cudaDeviceReset): a new generation of the
+ * context. As on the real driver (measured on an H200, driver 580): the context's id changes
+ * (cuCtxGetId), its memory goes (device and pinned allocations: made inaccessible here, so touching
+ * them faults as the real unmapped pinned memory does; registered host memory stays), a call that
+ * names one of its streams or records one of its events crashes inside the driver (here: a message
+ * and abort), other calls on its events fail with CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+EXPORT unsigned long fake_cuda_ctx_gen = 1;
+static void stale(const char *what)
+{
+    fprintf(stderr, "fake_cuda: %s of a CUDA context that was reset (the real driver crashes here)\n", what);
+    abort();
+}
 static int async_on(void)
 {
     static int a = -1;
@@ -165,7 +178,10 @@ static int async_on(void)
 }
 static struct fq *q_of(CUstream s)
 {
-    return !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ? &legacy_q : (struct fq *)(void *)s;
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &legacy_q;
+    struct fq *q = (struct fq *)(void *)s;
+    if (q->gen != fake_cuda_ctx_gen) stale("a stream");
+    return q;
 }
 static void *fq_run(void *p)
 {
@@ -340,6 +356,19 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!current) return CUDA_ERROR_INVALID_CONTEXT; *d = my_device(); return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxGetId(CUcontext c, unsigned long long *id) { (void)c; *id = fake_cuda_ctx_gen; return CUDA_SUCCESS; }
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d)
+{
+    (void)d;
+    fq_drain(&legacy_q);
+    for (int i = 0; i < nused; i++)
+        if (allocs[i].p) {
+            mprotect((void *)allocs[i].p, allocs[i].n, PROT_NONE);  /* (the address stays taken) */
+            allocs[i].p = 0;
+        }
+    fake_cuda_ctx_gen++;
+    return CUDA_SUCCESS;
+}
 
 static int event_token;
 /* a handle of its own per stream, as the real driver gives (code that tells streams apart by their
@@ -351,6 +380,7 @@ EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
     if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
+    q->gen = fake_cuda_ctx_gen;
     *s = (CUstream)(void *)q;
     return CUDA_SUCCESS;
 }
@@ -539,7 +569,7 @@ EXPORT CUresult cuIpcOpenEventHandle(CUevent *e, CUipcEventHandle h)
  * record the event stood for then (as CUDA's: a later record does not move an earlier wait).
  * Records stay allocated (a stand-in's test is short). */
 struct frec { int done; };
-struct fev { struct frec *latest; };
+struct fev { struct frec *latest; unsigned long gen; };
 static struct frec rec_done = {1};
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
 {
@@ -550,10 +580,15 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
     }
     struct fev *v = calloc(1, sizeof(*v));
     v->latest = &rec_done;  /* (never recorded: complete) */
+    v->gen = fake_cuda_ctx_gen;
     *e = (CUevent)(void *)v;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static int ev_stale(CUevent e)
+{
+    return async_on() && e != (CUevent)&event_token && ((struct fev *)(void *)e)->gen != fake_cuda_ctx_gen;
+}
+EXPORT CUresult cuEventDestroy(CUevent e) { return ev_stale(e) ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS; }
 static void record_later(void *a) { __atomic_store_n(&(*(struct frec **)a)->done, 1, __ATOMIC_RELEASE); }
 static int rec_is_done(struct frec *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
 static void wait_later(void *a)
@@ -568,6 +603,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
     if (s == CU_STREAM_LEGACY) fake_cuda_legacy_records++;
     if (!async_on()) return CUDA_SUCCESS;
+    if (ev_stale(e)) stale("an event record");
     struct frec *r = calloc(1, sizeof(*r));
     __atomic_store_n(&((struct fev *)(void *)e)->latest, r, __ATOMIC_RELEASE);
     fake_cuda_enqueue(s, record_later, &r, sizeof(r));
@@ -577,13 +613,19 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f)
 {
     (void)f;
     if (!async_on()) return CUDA_SUCCESS;
+    if (ev_stale(e)) stale("a wait for an event");
     struct frec *r = latest(e);
     if (!rec_is_done(r)) fake_cuda_enqueue(s, wait_later, &r, sizeof(r));
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuEventQuery(CUevent e) { return !async_on() || rec_is_done(latest(e)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+EXPORT CUresult cuEventQuery(CUevent e)
+{
+    if (ev_stale(e)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    return !async_on() || rec_is_done(latest(e)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
 EXPORT CUresult cuEventSynchronize(CUevent e)
 {
-    while (cuEventQuery(e) == CUDA_ERROR_NOT_READY) sched_yield();
-    return CUDA_SUCCESS;
+    CUresult r;
+    while ((r = cuEventQuery(e)) == CUDA_ERROR_NOT_READY) sched_yield();
+    return r;
 }

@@ -55,6 +55,13 @@ EXPORT cudaError_t cudaSetDevice(int d)
     cur_dev = d;
     return err(ctx_on(d));
 }
+/* the context's resources go (the stand-in driver's model of a reset); the next call makes it again */
+EXPORT cudaError_t cudaDeviceReset(void)
+{
+    DRV(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice));
+    ensure_ctx();
+    return err(p_cuDevicePrimaryCtxReset_v2(cur_dev));
+}
 EXPORT cudaError_t cudaGetDevice(int *d)
 {
     *d = cur_dev;

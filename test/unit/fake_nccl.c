@@ -22,7 +22,21 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-struct ncclComm { int nranks; };
+struct ncclComm { int nranks; unsigned long ctx_gen; };
+
+/* The stand-in driver's context generation (a device reset makes a new one, test/unit/fake_cuda.c):
+ * a communicator is made in the current one, and NCCL crashes when one made in a context that was
+ * reset is destroyed (it waits on that context's streams): the stand-in stops the process there. */
+static unsigned long ctx_gen(void)
+{
+    static const unsigned long *g;
+    static int looked;
+    if (!looked) {
+        g = (const unsigned long *)dlsym(RTLD_DEFAULT, "fake_cuda_ctx_gen");
+        looked = 1;
+    }
+    return g ? *g : 0;
+}
 
 static size_t tsize(ncclDataType_t t)
 {
@@ -43,6 +57,7 @@ static ncclResult_t make(ncclComm_t *c, int nranks)
     if (nranks != 1) return ncclInvalidUsage;
     *c = calloc(1, sizeof(struct ncclComm));
     (*c)->nranks = 1;
+    (*c)->ctx_gen = ctx_gen();
     return ncclSuccess;
 }
 
@@ -201,6 +216,7 @@ static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id
     if (p == MAP_FAILED) return ncclSystemError;
     struct shm_comm *c = calloc(1, sizeof(*c));
     c->base.nranks = nranks;
+    c->base.ctx_gen = ctx_gen();
     c->rank = rank;
     c->h = p;
     c->box = (struct shm_box *)(void *)((char *)p + head);
@@ -466,6 +482,11 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t *
 }
 static ncclResult_t drop(ncclComm_t c, int abort_it)
 {
+    if (c && c->ctx_gen != ctx_gen()) {
+        fprintf(stderr, "fake_nccl: %s of a communicator whose CUDA context was reset (NCCL would crash)\n",
+                abort_it ? "ncclCommAbort" : "ncclCommDestroy");
+        abort();
+    }
     struct shm_comm *m = shm_of(c);
     if (m && abort_it) atomic_store(&m->aborted, 1);
     /* as NCCL's, after the communicator's calls still queued on streams */

@@ -2,8 +2,8 @@
 # hazard.sh BUILDDIR: the adversarial scenarios of test/gpu/gpu_hazard.c (per-rank layouts, empty
 # ranks, threads, first calls crossing host messages, communicators freed with requests
 # outstanding, churn, progress, coalescing triggers, explicit groups, injected faults, a fuzzer,
-# envelope order, crossing first uses of NCCL's connections, cyclic communicator orders, a killed
-# rank) on ncclmpi's NCCL route without a GPU: built as test/unit/hazard_stand_in against the
+# envelope order, crossing first uses of NCCL's connections, cyclic communicator orders, a device
+# reset before MPI_Finalize and before more device calls, a killed rank) on ncclmpi's NCCL route without a GPU: built as test/unit/hazard_stand_in against the
 # stand-in CUDA runtime (fake_cudart.c) and driver, each rank with a device of its own, the
 # stand-in NCCL's several-rank mode (which aborts where the ranks' calls differ, and connects at
 # first use as NCCL does), streams running later as a GPU's. At 2 and 3 ranks (some at 4), each
@@ -19,7 +19,7 @@ export NM_HAZARD_UNTIMED=1  # (dup_churn: times of oversubscribed stand-ins are 
 scenarios=${HAZARD_SCENARIOS:-"layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
   empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing comm_free_outstanding
   dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group fault fault_nb fuzz envelope_order
-  connect_crossing cyclic_comms"}
+  connect_crossing cyclic_comms reset_final reset_reuse"}
 # at 4 ranks too: orders and agreements whose cycles need more than three ranks to show
 np4="cyclic_comms connect_crossing coalesce_triggers explicit_group fuzz threads comm_free_outstanding use_churn"
 fail=0

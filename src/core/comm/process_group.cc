@@ -45,6 +45,7 @@ bool ProcessGroup::check(std::string *why)
     if (device_ < 0) { *why = "no current CUDA device"; return false; }
     if (cu.cuDeviceGet(&dev, device_) != CUDA_SUCCESS) { *why = "cuDeviceGet failed"; return false; }
     if (!ctx_ && cu.cuDevicePrimaryCtxRetain(&ctx_, dev) != CUDA_SUCCESS) { *why = "no CUDA context"; ctx_ = nullptr; return false; }
+    if (!cuda_ctx_current(device_)) { *why = "the device's CUDA context was reset"; return false; }  // (noted here)
     if (nccl_load() != NM_OK) { *why = "NCCL library not loadable (NCCLMPI_NCCL_LIB)"; return false; }
     return true;
 }
@@ -251,7 +252,12 @@ CUdeviceptr ProcessGroup::stream_buffer(size_t bytes)
 void ProcessGroup::destroy()
 {
     if (!ctx_) return;
-    {
+    if (!cuda_ctx_current(device_)) {  // reset: every handle below is gone (a call naming one may crash)
+        nccl_ = nullptr;
+        oneshot_ = nullptr;
+        sbuf_ = 0;
+        sbuf_cap_ = 0;
+    } else {
         DeviceGuard g(ctx_);
         if (nccl_) {
             if (failed()) {

@@ -29,6 +29,7 @@ struct CudaApi {
 #define NM_CU_MEMBER(f) decltype(&::f) f = nullptr;
     NM_CU_FUNCTIONS(NM_CU_MEMBER)
 #undef NM_CU_MEMBER
+    decltype(&::cuCtxGetId) cuCtxGetId = nullptr;  // (CUDA 12.0 drivers and later; null before)
 };
 
 extern CudaApi cu;
@@ -41,6 +42,17 @@ bool cuda_attached();
 // memory), then attach and initialise it. false when it cannot (logged).
 bool cuda_load();
 const char *cuda_errstr(CUresult r);
+
+// A device reset (cudaDeviceReset, cuDevicePrimaryCtxReset) destroys what ncclmpi made in the
+// device's primary context: a driver call that names one of its streams then crashes inside the
+// driver, and its pinned memory is unmapped. ncclmpi notes the primary context's id
+// (cuCtxGetId, 16 ns) of each device the first time it works on it; the id differs after a reset,
+// also once the application has used the device again. cuda_ctx_current: false when dev's (or,
+// with dev < 0, any noted device's) context is not the one noted; from then on ncclmpi leaves
+// what it held there and takes no device buffers (sticky, logged once). Without cuCtxGetId
+// (drivers before CUDA 12.0) a reset is not seen.
+bool cuda_ctx_current(int dev = -1);
+bool cuda_ctx_lost();  // a reset was seen (no driver call)
 
 }  // namespace ncclmpi
 

@@ -386,6 +386,7 @@ bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
     // a device payload in a process that never loaded CUDA (a host receive from a rank that sent
     // from its GPU): the driver comes in now, as reading another GPU's memory needs it
     if (!cuda_attached() && !cuda_load()) return false;
+    if (!cuda_ctx_current()) return false;  // (a device reset here: cuda_api.h)
     CUdeviceptr base = 0;
     int own = -1;
     if (e.pid == getpid()) {  // our own pool
