@@ -58,7 +58,9 @@ bool ProcessGroup::open(std::string *why)
     if (cu.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) { *why = "cannot create a CUDA stream"; return false; }
     int memops = 0;
     void *h = nullptr;
-    if (nm_cfg.FLAG_POLL && cu.cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS &&
+    // (a group of one rank: its NCCL calls are local copies of about a microsecond, which the
+    // flag's write, 1.8-2.6 us of host time, cannot hide behind; events complete it sooner)
+    if (nm_cfg.FLAG_POLL && size_ > 1 && cu.cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) == CUDA_SUCCESS &&
         memops && cu.cuMemHostAlloc(&h, 2 * sizeof(uint64_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
         if (cu.cuMemHostGetDevicePointer(&dflags_, h, 0) == CUDA_SUCCESS) {
             flags_ = static_cast<volatile uint64_t *>(h);
