@@ -488,8 +488,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     // the application reset a device ncclmpi worked on (cuda_api.h): refused before anything
     // made there is named (all ranks of an SPMD program that reset refuse the same call)
     if ((d.route != NCCLMPI_ROUTE_HOST || c.device >= 0) && NM_UNLIKELY(!cuda_ctx_current(c.device))) {
-        *rc = raise_error(o, NM_ERR_CUDA, "the CUDA context of the device was reset (cudaDeviceReset) after ncclmpi "
-                                          "used it: device buffers cannot go through ncclmpi after a reset");
+        *rc = raise_error(o, NM_ERR_CUDA, nm_reset_why);
         return ENTER_DONE;
     }
     if (d.act & NM_ACT_PENDING) {

@@ -2550,14 +2550,21 @@ static void sc_reset_reuse(void)
     for (int i = 0; i < n; i++) h[i] = (rank + 1) * i, want[i] = size * (size + 1) / 2 * i;
     gbuf_t sb = gb_dev_from(h, n * sizeof(int)), rb = gb_dev(n * sizeof(int));
     MPI_Comm comms[2] = {sub, MPI_COMM_WORLD};
-    int rcs[3];
+    int rcs[4];
     for (int k = 0; k < 2; k++) {
         STEP();
         rcs[k] = MPI_Allreduce(sb.p, rb.p, n, MPI_INT, MPI_SUM, comms[k]);
         if (rcs[k] == MPI_SUCCESS) gb_expect(&rb, want, 4, "Allreduce after the reset");
     }
     rcs[2] = dev_ring(sub, 64, 3, "device Sendrecv after the reset");
-    for (int k = 0; k < 3; k++) {
+    {  /* a local call on a device buffer (staged by each rank on its own under ncclmpi) */
+        int packed[64], pos = 0;
+        STEP();
+        rcs[3] = MPI_Pack(sb.p, 64, MPI_INT, packed, (int)sizeof(packed), &pos, MPI_COMM_WORLD);
+        if (rcs[3] == MPI_SUCCESS)
+            CHECK(pos == (int)sizeof(packed) && !memcmp(packed, h, sizeof(packed)), "MPI_Pack after the reset: wrong bytes");
+    }
+    for (int k = 0; k < 4; k++) {
         int cls = MPI_SUCCESS, len = 0;
         char msg[MPI_MAX_ERROR_STRING] = "";
         if (rcs[k] != MPI_SUCCESS) {

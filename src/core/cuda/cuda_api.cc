@@ -99,8 +99,6 @@ bool check(int dev)
 }
 }  // namespace
 
-bool cuda_ctx_lost() { return lost.load(std::memory_order_relaxed); }
-
 bool cuda_ctx_current(int dev)
 {
     if (__builtin_expect(lost.load(std::memory_order_relaxed), 0)) return false;

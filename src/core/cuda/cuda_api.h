@@ -52,7 +52,10 @@ const char *cuda_errstr(CUresult r);
 // what it held there and takes no device buffers (sticky, logged once). Without cuCtxGetId
 // (drivers before CUDA 12.0) a reset is not seen.
 bool cuda_ctx_current(int dev = -1);
-bool cuda_ctx_lost();  // a reset was seen (no driver call)
+// what a call with device buffers says after one
+constexpr const char *nm_reset_why =
+    "the CUDA context of the device was reset (cudaDeviceReset) after ncclmpi used it: device buffers cannot go "
+    "through ncclmpi after a reset";
 
 }  // namespace ncclmpi
 

@@ -524,6 +524,11 @@ extern "C" int nm_rma(const nm_rma_t *a, int *rc)
     }
     if (!w && a->trank >= 0 && a->win != MPI_WIN_NULL) w = adopt(a->win);
     if (!w || a->trank < 0 || a->trank >= w->n) return 0;  // the real MPI's (or its error)
+    if (!cuda_ctx_current()) {  // a device reset (cuda_api.h): nothing made before it is named
+        if (a->req) *a->req = MPI_REQUEST_NULL;
+        *rc = raise(a->fn, MPI_ERR_OTHER, nm_reset_why, a->win);
+        return 1;
+    }
     if (!w->peer[a->trank].device) return staged_call(w, a, rc);
     nm_trace_call(a->fn);
     if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) nm_flush();

@@ -114,6 +114,10 @@ extern "C" int nm_stage_local(int fn, const nm_sbuf_t *b, int n, int how, MPI_Fi
         idx[nr++] = i;
     }
     if (!nr) return NM_STAGE_HOST;
+    if (!cuda_ctx_current(r[0].device)) {  // a device reset (cuda_api.h): no lane made before it is named
+        *rc = nm_raise_error(fn, NM_ERR_CUDA, nm_reset_why, comm, fh);
+        return NM_STAGE_FAILED;
+    }
     if (__atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED)) nm_flush();  // (the real call may wait)
     Local *l = new Local;
     nm_op_init(&l->o, fn, NM_OPK_NONE, 0);
