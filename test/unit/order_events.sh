@@ -5,7 +5,8 @@
 #   - each nonblocking call outside an explicit group records its own point (automatic coalescing
 #     keeps every call's place in the application's stream order): N events for N calls;
 #   - an explicit group records one, at ncclmpi_group_end: N / 64 for groups of 64;
-#   - a blocking call runs on the legacy stream itself: none;
+#   - a blocking call runs on the legacy stream itself: no ordering event; the program runs at one
+#     rank, whose communicator completes by an event (not a flag), recorded there: N in all;
 #   - NCCLMPI_STREAM_ORDER=0 records none.
 b=$1
 d="$b/order_events_test"
@@ -28,7 +29,7 @@ expect() {  # KIND WANT [SETTING]
 expect burst $n
 expect iallreduce $n
 expect group $((n / 64))
-expect allreduce 0
+expect allreduce $n
 NCCLMPI_STREAM_ORDER=0 expect burst 0 NCCLMPI_STREAM_ORDER=0
 NCCLMPI_STREAM_ORDER=0 expect group 0 NCCLMPI_STREAM_ORDER=0
-echo "order_events: $n nonblocking calls record $n points, $((n / 64)) explicit groups of 64 one each, blocking calls none"
+echo "order_events: $n nonblocking calls record $n points, $((n / 64)) explicit groups of 64 one each, blocking calls only their completion"
