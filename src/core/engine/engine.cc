@@ -220,24 +220,30 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     }
     // small allreduces of the group share NCCL calls (fuse.h), planned from what every rank shares
     // (the group's ops and their order are agreed, and so is each one's one-shot choice above)
-    static thread_local Fusion fusion;
-    const bool fused = any_nccl && n > 1 && fusion.plan(ops, n, pg->size());
+    // (the thread's plan is reached only for groups of several: a dynamically initialised
+    // thread-local costs a TLS lookup call wherever control passes its declaration)
+    Fusion *fusion = nullptr;
+    if (any_nccl && n > 1) {
+        static thread_local Fusion plan;
+        if (plan.plan(ops, n, pg->size())) fusion = &plan;
+    }
+    const bool fused = fusion != nullptr;
     if (any_nccl) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
     for (int i = 0; i < n && st == NM_OK; i++) {
         NcclCall c(*ops[i], *pg, s, n == 1);
-        if (fused) c.fuse = fusion.slot(i);
+        if (fused) c.fuse = fusion->slot(i);
         st = op_row(ops[i]->o.kind).nccl(c);
         if (st == NM_OK) st = c.st;
         if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
     }
-    if (fused && st == NM_OK && (st = fusion.post(ops, *pg, s)) != NM_OK)
+    if (fused && st == NM_OK && (st = fusion->post(ops, *pg, s)) != NM_OK)
         *err = std::string("fused allreduces: ") + nm_status_str(st);
     ncclResult_t ge = any_nccl ? nccl.ncclGroupEnd() : ncclSuccess;
     if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
         *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg->nccl_comm()) + ")";
         st = NM_ERR_NCCL;
     }
-    if (fused && st == NM_OK && (st = fusion.unpack(*pg, s)) != NM_OK) *err = "fused allreduces: unpacking failed";
+    if (fused && st == NM_OK && (st = fusion->unpack(*pg, s)) != NM_OK) *err = "fused allreduces: unpacking failed";
     for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
     Completion *d = nullptr;
     if (st == NM_OK) {
