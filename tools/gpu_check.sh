@@ -19,6 +19,13 @@
 #   bench   engine_bench (with and without coalescing, fused and not), comm_bench (NCCLMPI_COMM_CACHE 0 and 2),
 #           coll_bench, p2p_bench, stream_bench, io_bench, rma_bench and classify_cost at one rank
 #           per GPU, timeslice_bench at two ranks per GPU
+#   virtual the gpu label with an NCCL_HOSTID per rank (NM_TEST_HOSTID_PER_RANK=1), under MPS
+#           where nvidia-cuda-mps-control exists: NCCL takes the ranks of one GPU as hosts of
+#           their own, joined by its socket transport over loopback, so a one-GPU machine runs the
+#           multi-rank NCCL route (correctness and hangs; its speed means nothing). NCCL_ALGO
+#           defaults to Ring there: NCCL 2.28.3's tree allreduce gave wrong max/min results in
+#           this arrangement at 3-4 ranks, raw NCCL alone (test/gpu/nccl_group_check, run first
+#           at 2-4 ranks with NCCL's choice and with the setting)
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
 # NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits);
@@ -87,6 +94,25 @@ p2p)
   done
   exit 0 ;;
 tests) ctest_run gpu "${NM_CTEST_LIMIT:-480}" ;;
+virtual)
+  export NM_TEST_HOSTID_PER_RANK=1 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_NET=${NCCL_NET:-Socket}
+  mps=""
+  if command -v nvidia-cuda-mps-control >/dev/null && [ "${NM_MPS:-1}" = 1 ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/nm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/nm-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d && mps=1
+  fi
+  echo "== virtual: NCCL_HOSTID per rank, MPS ${mps:-off}"
+  algo=${NCCL_ALGO:-Ring}
+  raw() { timeout 120 test/run_mpi.sh "$1" plain ./test/gpu/nccl_group_check 2>&1 | grep '^nccl_group_check' | tail -2 | tr '\n' ' '; }
+  for np in 2 3 4; do  # NCCL itself here: with its own choice of algorithm, then with the run's
+    echo "== raw NCCL, $np ranks, NCCL's algorithms: $(unset NCCL_ALGO; raw $np)"
+    echo "== raw NCCL, $np ranks, NCCL_ALGO=$algo: $(NCCL_ALGO=$algo raw $np)"
+  done
+  export NCCL_ALGO=$algo
+  ctest_run gpu "${NM_CTEST_LIMIT:-480}"
+  [ -n "$mps" ] && echo quit | nvidia-cuda-mps-control
+  exit 0 ;;
 full) ctest_run "unit|mpi|gpu" "${NM_CTEST_LIMIT:-520}" ;;
 quick) ctest_run gpu "${NM_CTEST_LIMIT:-400}" ;;
 sanitize)

@@ -75,7 +75,22 @@ static inline int gpu_select(int *ndev_out)
     CUDACHECK(cudaSetDevice(lrank % ndev));
     CUDACHECK(cudaFree(0));
     if (ndev_out) *ndev_out = ndev;
-    return lsize <= ndev;
+    /* ranks on one GPU are distinct for NCCL (and ncclmpi) when their NCCL_HOSTID differ: NCCL
+     * then connects them through its network transport (tools/gpu_check.sh virtual) */
+    const char *h = getenv("NCCL_HOSTID");
+    unsigned long long mine[2] = {(unsigned long long)(lrank % ndev), 0}, *all;
+    for (; h && *h; h++) mine[1] = (mine[1] ^ (unsigned char)*h) * 1099511628211ull;
+    if (h) mine[1] |= 1;
+    all = (unsigned long long *)malloc(sizeof(mine) * (size_t)lsize);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Allgather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, node);
+    MPI_Comm_free(&node);
+    int distinct = 1;
+    for (int i = 0; i < lsize; i++)
+        for (int j = 0; j < i; j++)
+            if (all[2 * i] == all[2 * j] && all[2 * i + 1] == all[2 * j + 1]) distinct = 0;
+    free(all);
+    return distinct;
 }
 /* memory of every kind, read and written through one path */
 enum { MK_DEV, MK_MALLOC, MK_PINNED, MK_MANAGED };

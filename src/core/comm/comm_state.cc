@@ -9,6 +9,7 @@
 #include "core/comm/side_cache.h"
 #include "core/tl/shared/shared_gpu.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -147,9 +148,24 @@ struct Readiness {
     int ok;
     int nccl_version;
     CUuuid uuid;
+    uint64_t nccl_host;  // nccl_host_id()
     char why[48];
     SideOffer side;  // the kept sides it could take over (side_cache.h)
 };
+
+// The host identity NCCL compares with the GPU to refuse two ranks on one GPU ("Duplicate GPU"):
+// NCCL_HOSTID where set, else the host itself (hostname and boot id: the same for every rank that
+// sees the same GPU). Ranks whose NCCL_HOSTID differ are on different hosts for NCCL, which then
+// connects them through its network transport even on one GPU (how the test suite runs NCCL at
+// several ranks on a one-GPU machine: doc/gpu-testing.md); ncclmpi takes them as NCCL does.
+static uint64_t nccl_host_id()
+{
+    const char *h = nm_config_foreign("NCCL_HOSTID");
+    if (!h) return 0;
+    uint64_t x = 1469598103934665603ull;  // FNV-1a, never 0 for a set value: "set to empty" differs from unset
+    for (; *h; h++) x = (x ^ (unsigned char)*h) * 1099511628211ull;
+    return x | 1;
+}
 
 static void set_staged(CommState *cs, const char *fmt, int who, const char *detail)
 {
@@ -208,6 +224,7 @@ void comm_create(CommState *cs, int device)
               cu.cuDeviceGetUuid(&mine.uuid, dev) == CUDA_SUCCESS;
     if (!mine.ok && why.empty()) why = "no GPU identity";
     mine.nccl_version = nccl_loaded() ? nccl.version : 0;
+    mine.nccl_host = nccl_host_id();
     snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
     SideHeld *held = side_offer(cs, device, &mine.side);
     std::vector<Readiness> all(cs->size);
@@ -215,14 +232,14 @@ void comm_create(CommState *cs, int device)
     // From here every decision reads the table only, so every rank makes the same one.
     std::vector<SideOffer> offers(cs->size);
     for (int i = 0; i < cs->size; i++) offers[i] = all[i].side;
-    int shares = -1, with = -1;  // the first rank that shares a GPU with an earlier one
+    int shares = -1, with = -1;  // the first rank that shares a GPU with an earlier one, as NCCL sees it
     const char *staged = nullptr;
     int who = -1;
     for (int i = 0; i < cs->size && !staged; i++) {
         if (!all[i].ok) staged = all[i].why, who = i;
         else if (all[i].nccl_version != all[0].nccl_version) staged = "another NCCL version than rank 0", who = i;
         for (int j = 0; j < i && shares < 0; j++)
-            if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid))) shares = i, with = j;
+            if (!memcmp(&all[i].uuid, &all[j].uuid, sizeof(CUuuid)) && all[i].nccl_host == all[j].nccl_host) shares = i, with = j;
     }
     if (staged) {
         side_settle(cs, held, 0);

@@ -1,0 +1,139 @@
+/* nccl_group_check: raw NCCL alone (no ncclmpi), one group of mixed allreduces per round, every
+ * result compared with a float64 host reference. It tells whether NCCL itself computes right in
+ * the arrangement a test run uses, before ncclmpi's tests are read: tools/gpu_check.sh virtual
+ * runs it with the ranks of one GPU taken as hosts of their own (an NCCL_HOSTID per rank).
+ *   mpirun -np N nccl_group_check [ROUNDS]      (exit 0: every element right; 1: some wrong)
+ * Each round: 64 in-place ncclAllReduce of uint8/int32/int64/float64 with sum/max/min (no sums of
+ * bytes: they wrap), 1 to 20000 elements, in one ncclGroupStart/End, drawn from a seed every rank
+ * shares; element j of op k on rank q is (7k + 3j + 11q) mod 53 + 1 (halved for float64), so
+ * sums over up to 8 ranks are exact in every type. */
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { K = 64 };
+static const ncclDataType_t types[] = {ncclUint8, ncclInt32, ncclInt64, ncclFloat64};
+static const char *const tnames[] = {"uint8", "int32", "int64", "float64"};
+static const ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclMin};
+static const char *const onames[] = {"sum", "max", "min"};
+static const size_t counts[] = {1, 100, 4096, 8192, 16385, 20000};
+
+static size_t tsize(int t) { return t == 0 ? 1 : t == 1 ? 4 : 8; }
+static double val(int k, size_t j, int q) { return (double)((7 * k + 3 * (long)j + 11 * q) % 53 + 1); }
+
+static void put(void *p, int t, size_t j, double v)
+{
+    switch (t) {
+    case 0: ((unsigned char *)p)[j] = (unsigned char)v; break;
+    case 1: ((int *)p)[j] = (int)v; break;
+    case 2: ((long long *)p)[j] = (long long)v; break;
+    default: ((double *)p)[j] = v / 2;
+    }
+}
+
+static double get(const void *p, int t, size_t j)
+{
+    switch (t) {
+    case 0: return ((const unsigned char *)p)[j];
+    case 1: return ((const int *)p)[j];
+    case 2: return (double)((const long long *)p)[j];
+    default: return ((const double *)p)[j] * 2;
+    }
+}
+
+static unsigned next(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return *s >> 8;
+}
+
+#define CK(x, what)                                                              \
+    do {                                                                         \
+        if ((x) != 0) {                                                          \
+            fprintf(stderr, "nccl_group_check: %s failed\n", what);              \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                        \
+        }                                                                        \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, size, ndev = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        if (rank == 0) printf("nccl_group_check: no GPU\n");
+        MPI_Finalize();
+        return 77;
+    }
+    MPI_Comm node;
+    int lrank;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &lrank);
+    MPI_Comm_free(&node);
+    CK(cudaSetDevice(lrank % ndev), "cudaSetDevice");
+    ncclUniqueId id;
+    if (rank == 0) CK(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm;
+    CK(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank");
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    long wrong = 0, checked = 0;
+    int t[K], o[K];
+    size_t n[K];
+    void *d[K];
+    for (int r = 0; r < rounds; r++) {
+        unsigned seed = 1234u + 77u * (unsigned)r;  // the same on every rank
+        for (int k = 0; k < K; k++) {
+            t[k] = (int)(next(&seed) % 4);
+            o[k] = (int)(next(&seed) % 3);
+            if (t[k] == 0 && o[k] == 0) o[k] = 1;
+            n[k] = counts[next(&seed) % (sizeof(counts) / sizeof(counts[0]))];
+            const size_t bytes = n[k] * tsize(t[k]);
+            void *h = malloc(bytes);
+            for (size_t j = 0; j < n[k]; j++) put(h, t[k], j, val(k, j, rank));
+            CK(cudaMalloc(&d[k], bytes), "cudaMalloc");
+            CK(cudaMemcpy(d[k], h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+            free(h);
+        }
+        CK(ncclGroupStart(), "ncclGroupStart");
+        for (int k = 0; k < K; k++) CK(ncclAllReduce(d[k], d[k], n[k], types[t[k]], ops[o[k]], comm, s), "ncclAllReduce");
+        CK(ncclGroupEnd(), "ncclGroupEnd");
+        CK(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        for (int k = 0; k < K; k++) {
+            const size_t bytes = n[k] * tsize(t[k]);
+            void *h = malloc(bytes);
+            CK(cudaMemcpy(h, d[k], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+            int shown = 0;
+            for (size_t j = 0; j < n[k]; j++) {
+                double want = val(k, j, 0);
+                for (int q = 1; q < size; q++) {
+                    const double v = val(k, j, q);
+                    want = o[k] == 0 ? want + v : o[k] == 1 ? (v > want ? v : want) : (v < want ? v : want);
+                }
+                const double got = get(h, t[k], j);
+                checked++;
+                if (got != want) {
+                    wrong++;
+                    if (!shown++ && rank == 0)
+                        printf("nccl_group_check: round %d op %d (%s %s x %zu): element %zu is %g, expected %g\n", r, k,
+                               tnames[t[k]], onames[o[k]], n[k], j, got, want);
+                }
+            }
+            free(h);
+            CK(cudaFree(d[k]), "cudaFree");
+        }
+    }
+    long all = 0;
+    MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("nccl_group_check: %d ranks, %d rounds of %d allreduces in one group: %ld wrong element(s) of %ld per rank%s\n",
+               size, rounds, K, all, checked, all ? "" : ": ok");
+    ncclCommDestroy(comm);
+    MPI_Finalize();
+    return all != 0;
+}
