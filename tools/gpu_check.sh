@@ -104,9 +104,10 @@ virtual)
   fi
   echo "== virtual: NCCL_HOSTID per rank, MPS ${mps:-off}"
   algo=${NCCL_ALGO:-Ring}
-  raw() { timeout 120 test/run_mpi.sh "$1" plain ./test/gpu/nccl_group_check 2>&1 | grep '^nccl_group_check' | tail -2 | tr '\n' ' '; }
-  for np in 2 3 4; do  # NCCL itself here: with its own choice of algorithm, then with the run's
+  raw() { timeout 120 test/run_mpi.sh "$1" plain ./test/gpu/nccl_group_check 3 ${2:-} 2>&1 | grep '^nccl_group_check' | tail -2 | tr '\n' ' '; }
+  for np in 2 3 4; do  # NCCL itself here: with its own choice of algorithm (grouped, one by one), then with the run's
     echo "== raw NCCL, $np ranks, NCCL's algorithms: $(unset NCCL_ALGO; raw $np)"
+    echo "== raw NCCL, $np ranks, NCCL's algorithms, no group: $(unset NCCL_ALGO; raw $np --nogroup)"
     echo "== raw NCCL, $np ranks, NCCL_ALGO=$algo: $(NCCL_ALGO=$algo raw $np)"
   done
   export NCCL_ALGO=$algo

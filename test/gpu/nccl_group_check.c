@@ -2,7 +2,8 @@
  * result compared with a float64 host reference. It tells whether NCCL itself computes right in
  * the arrangement a test run uses, before ncclmpi's tests are read: tools/gpu_check.sh virtual
  * runs it with the ranks of one GPU taken as hosts of their own (an NCCL_HOSTID per rank).
- *   mpirun -np N nccl_group_check [ROUNDS]      (exit 0: every element right; 1: some wrong)
+ *   mpirun -np N nccl_group_check [ROUNDS] [--nogroup]   (exit 0: every element right; 1: some wrong)
+ * --nogroup: the same calls one by one, outside a group (whether a wrong result needs the group)
  * Each round: 64 in-place ncclAllReduce of uint8/int32/int64/float64 with sum/max/min (no sums of
  * bytes: they wrap), 1 to 20000 elements, in one ncclGroupStart/End, drawn from a seed every rank
  * shares; element j of op k on rank q is (7k + 3j + 11q) mod 53 + 1 (halved for float64), so
@@ -12,6 +13,7 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { K = 64 };
 static const ncclDataType_t types[] = {ncclUint8, ncclInt32, ncclInt64, ncclFloat64};
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    const int grouped = !(argc > 2 && !strcmp(argv[2], "--nogroup"));
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         if (rank == 0) printf("nccl_group_check: no GPU\n");
         MPI_Finalize();
@@ -100,9 +103,9 @@ int main(int argc, char **argv)
             CK(cudaMemcpy(d[k], h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
             free(h);
         }
-        CK(ncclGroupStart(), "ncclGroupStart");
+        if (grouped) CK(ncclGroupStart(), "ncclGroupStart");
         for (int k = 0; k < K; k++) CK(ncclAllReduce(d[k], d[k], n[k], types[t[k]], ops[o[k]], comm, s), "ncclAllReduce");
-        CK(ncclGroupEnd(), "ncclGroupEnd");
+        if (grouped) CK(ncclGroupEnd(), "ncclGroupEnd");
         CK(cudaStreamSynchronize(s), "cudaStreamSynchronize");
         for (int k = 0; k < K; k++) {
             const size_t bytes = n[k] * tsize(t[k]);
@@ -131,8 +134,8 @@ int main(int argc, char **argv)
     long all = 0;
     MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("nccl_group_check: %d ranks, %d rounds of %d allreduces in one group: %ld wrong element(s) of %ld per rank%s\n",
-               size, rounds, K, all, checked, all ? "" : ": ok");
+        printf("nccl_group_check: %d ranks, %d rounds of %d allreduces %s: %ld wrong element(s) of %ld per rank%s\n",
+               size, rounds, K, grouped ? "in one group" : "one by one", all, checked, all ? "" : ": ok");
     ncclCommDestroy(comm);
     MPI_Finalize();
     return all != 0;
