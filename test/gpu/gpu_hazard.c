@@ -1737,6 +1737,20 @@ static void sc_explicit_group(void)
     rc = MPI_Waitall(16, q, MPI_STATUSES_IGNORE);
     CHECK(rc == MPI_SUCCESS, "Waitall returned %d", rc);
     nb_check_free(&b, 16, "16 Iallreduce on two dups in one explicit group");
+    /* the same with the two communicators first met in opposite orders: odd ranks issue each
+     * pair B-first (each communicator still sees its calls in one order on every rank), so the
+     * group's communicators launch in opposite orders on neighbouring ranks */
+    b = nb_new(16, n, 3);
+    if (gbegin) CHECK((rc = gbegin()) == 0, "ncclmpi_group_begin returned %d", rc);
+    for (int j = 0; j < 16; j++) {
+        const int k = rank % 2 ? j ^ 1 : j;
+        nb_start(&b, k, k % 2 ? B : A, &q[k]);
+    }
+    if (gend) CHECK((rc = gend()) == 0, "ncclmpi_group_end returned %d", rc);
+    STEP();
+    rc = MPI_Waitall(16, q, MPI_STATUSES_IGNORE);
+    CHECK(rc == MPI_SUCCESS, "Waitall (crossing group) returned %d", rc);
+    nb_check_free(&b, 16, "16 Iallreduce on two dups met in opposite orders in one explicit group");
     if (gbegin) CHECK((rc = gbegin()) == 0, "empty group: ncclmpi_group_begin returned %d", rc);
     if (gend) CHECK((rc = gend()) == 0, "empty group: ncclmpi_group_end returned %d", rc);
     dev_allreduce_check(A, 100, 4, "Allreduce after an empty group");
