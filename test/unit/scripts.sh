@@ -2,7 +2,8 @@
 # scripts.sh BUILDDIR SRCDIR: ncclmpi_exec, tools/quickstart.sh, tools/gpu_check.sh and the
 # overhead benchmarks answer --help, and a wrong option or command with usage and status 2,
 # before doing anything (quickstart builds nothing);
-# ncclmpi_exec preloads the library (NCCLMPI_LIB) and says so when it is missing.
+# ncclmpi_exec preloads the library (NCCLMPI_LIB) and says so when it is missing; test/run_mpi.sh
+# gives each rank an NCCL_HOSTID of its own when asked.
 b=$1; s=$2
 exe="$b/tools/ncclmpi_exec"
 out="$b/scripts_test.out"; err="$b/scripts_test.err"
@@ -39,4 +40,9 @@ for sc in tools/gpu_check.sh:Usage bench/host_overhead.sh:host_overhead.sh bench
   bash "$s/$f" --help >"$out" 2>"$err" || fail "$f --help: status"
   grep -q "$word" "$out" && [ ! -s "$err" ] || fail "$f --help: no usage"
 done
+# test/run_mpi.sh NM_TEST_HOSTID_PER_RANK=1: an NCCL_HOSTID per rank, leading mpiexec options
+# (--mca NAME VALUE, flags) left to mpiexec, the program's own arguments untouched
+NM_TEST_HOSTID_PER_RANK=1 "$b/test/run_mpi.sh" 2 plain --mca btl self,vader --tag-output sh -c 'echo "id=$NCCL_HOSTID $0 $1"' x --y \
+  >"$out" 2>"$err" || fail "run_mpi.sh with NM_TEST_HOSTID_PER_RANK=1"
+grep -q "id=ncclmpi-test-rank-0 x --y" "$out" && grep -q "id=ncclmpi-test-rank-1 x --y" "$out" || fail "run_mpi.sh: no host id per rank"
 echo "scripts: ok"
