@@ -135,6 +135,22 @@ EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
     *s = (cudaStream_t)x;
     return e;
 }
+EXPORT cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
+{
+    DRV(CUresult, cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream));
+    ensure_ctx();
+    return err(p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)d, (unsigned char)v, n, (CUstream)st));
+}
+EXPORT cudaError_t cudaMemset(void *d, int v, size_t n)
+{
+    cudaError_t e = cudaMemsetAsync(d, v, n, (cudaStream_t)CU_STREAM_LEGACY);
+    return e == cudaSuccess ? cudaStreamSynchronize((cudaStream_t)CU_STREAM_LEGACY) : e;
+}
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    DRV(CUresult, cuStreamDestroy_v2, (CUstream));  // (cuda.h's name for it)
+    return err(p_cuStreamDestroy_v2((CUstream)s));
+}
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     DRV(CUresult, cuStreamSynchronize, (CUstream));
