@@ -69,7 +69,9 @@ static ncclResult_t make(ncclComm_t *c, int nranks)
  * grows), each checks that every rank made the same call and combines the slots in rank order,
  * and all meet again before a slot is reused. A rank that makes another call than its peers (a
  * different kind, count, type, op or root) is reported and aborts; one that makes none leaves its
- * peers waiting (the test's time limit). Sends and receives: below; splits are refused.
+ * peers waiting (the test's time limit). Sends and receives: below; splits are refused. As NCCL,
+ * it refuses a communicator two of whose ranks are on one device with the same NCCL_HOSTID (or
+ * none): ncclInvalidUsage on every rank, "Duplicate GPU detected" on stderr.
  *
  * Connections, as NCCL 2.22 and later make them: with NCCL_RUNTIME_CONNECT unset or 1 (NCCL's
  * default), a communicator's first collective of an algorithm, and its first send or receive
@@ -89,6 +91,7 @@ struct shm_head {
     char pad[56];
     _Atomic int algo_conn[NALGO][MAXR]; /* rank r connects algorithm a */
     _Atomic int peer_conn[MAXR][MAXR];  /* rank r connects to peer q */
+    unsigned long long ident[MAXR][2];  /* rank r's device and host identity (shm_make) */
     struct shm_slot slot[MAXR];
 };
 /* a mailbox from one rank to another: chunks of a group's sends, in order (posted > taken: one
@@ -202,6 +205,15 @@ static void connect_peers(struct shm_comm *c, const unsigned char *peers)
         }
 }
 
+/* the device of the caller's current context (the stand-in driver's), or -1 */
+static int device_of_caller(void)
+{
+    typedef int (*get_fn)(int *);
+    get_fn f = (get_fn)dlsym(RTLD_DEFAULT, "cuCtxGetDevice");
+    int d = -1;
+    return f && f(&d) == 0 ? d : -1;
+}
+
 static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank)
 {
     if (!shm_mode() || nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks) return ncclInvalidUsage;
@@ -222,8 +234,27 @@ static ncclResult_t shm_make(ncclComm_t *out, int nranks, const ncclUniqueId *id
     c->box = (struct shm_box *)(void *)((char *)p + head);
     c->bytes = bytes;
     if (!runtime_connect()) memset(c->algo_ready, 1, sizeof(c->algo_ready));  /* at creation, below */
-    shm_meet(c);  /* every rank has mapped it: its name can go */
+    /* NCCL refuses two ranks on one GPU of one host, the host being NCCL_HOSTID where set
+     * ("Duplicate GPU detected"): every rank finds the same pair and fails */
+    unsigned long long *mine = c->h->ident[rank];
+    mine[0] = (unsigned long long)device_of_caller();
+    mine[1] = 0;
+    const char *hid = getenv("NCCL_HOSTID");
+    for (const char *q = hid; q && *q; q++) mine[1] = (mine[1] ^ (unsigned char)*q) * 1099511628211ull;
+    if (hid) mine[1] |= 1;
+    shm_meet(c);  /* every rank has mapped it and told its identity: its name can go */
     shm_unlink(name);
+    for (int a = 0; a < nranks; a++)
+        for (int b = 0; b < a; b++)
+            if (c->h->ident[a][0] == c->h->ident[b][0] && c->h->ident[a][1] == c->h->ident[b][1]) {
+                if (rank == a)
+                    fprintf(stderr, "stand-in NCCL: Duplicate GPU detected: rank %d and rank %d both on device %llu\n", b, a,
+                            c->h->ident[a][0]);
+                shm_meet(c);  /* (all have read the table before it goes) */
+                munmap(p, bytes);
+                free(c);
+                return ncclInvalidUsage;
+            }
     *out = &c->base;
     return ncclSuccess;
 }
