@@ -71,7 +71,6 @@ static inline int gpu_select(int *ndev_out)
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &lrank);
     MPI_Comm_size(node, &lsize);
-    MPI_Comm_free(&node);
     CUDACHECK(cudaSetDevice(lrank % ndev));
     CUDACHECK(cudaFree(0));
     if (ndev_out) *ndev_out = ndev;
@@ -82,7 +81,6 @@ static inline int gpu_select(int *ndev_out)
     for (; h && *h; h++) mine[1] = (mine[1] ^ (unsigned char)*h) * 1099511628211ull;
     if (h) mine[1] |= 1;
     all = (unsigned long long *)malloc(sizeof(mine) * (size_t)lsize);
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Allgather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, node);
     MPI_Comm_free(&node);
     int distinct = 1;

@@ -46,27 +46,16 @@ NCCLMPI_FUSE=off stand_in_run fuse_prog "$b" "$d" "NCCLMPI_FUSE=off" 2 "$prog" |
 # ranks; byte-exact results against a float64 reference
 if [ -x "$b/test/unit/fuse_stand_in" ]; then
   for np in 2 3 4; do
-    FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 TMPDIR="$d" timeout 120 "$b/test/run_mpi.sh" $np preload "$b/test/unit/fuse_stand_in" >"$d/out" 2>"$d/err"
-    rc=$?
-    if [ $rc = 0 ] && grep -q "^gpu_fuse: $np ranks, .*: ok" "$d/out"; then
-      echo "fuse: gpu_fuse, streams run later, $np ranks: ok"
-    else
-      echo "fuse: FAIL: gpu_fuse, streams run later, $np ranks (exit $rc)"; head -20 "$d/out"; tail -20 "$d/err"; fail=1
-    fi
+    STAND_IN_EXPECT="^gpu_fuse: $np ranks, .*: ok" FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 \
+      stand_in_run gpu_fuse "$b" "$d" "streams run later" $np "$b/test/unit/fuse_stand_in" || fail=1
   done
   # three ranks on one device: staged (NCCL refuses them), unless each has an NCCL_HOSTID of its
   # own (test/run_mpi.sh), where NCCL takes them as hosts of their own and so does ncclmpi
   for h in 0 1; do
-    FAKE_CUDA_DEVICE_PER_RANK=0 NM_TEST_HOSTID_PER_RANK=$h FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 TMPDIR="$d" timeout 120 \
-      "$b/test/run_mpi.sh" 3 preload "$b/test/unit/fuse_stand_in" >"$d/out" 2>"$d/err"
-    rc=$?
     want="rank 0: 0 on NCCL"; [ $h = 1 ] && want="rank 0: [1-9][0-9]* on NCCL"
-    if [ $rc = 0 ] && grep -q "^gpu_fuse: 3 ranks, .*: ok ($want" "$d/out"; then
-      echo "fuse: gpu_fuse, 3 ranks on one device, NCCL_HOSTID per rank: $h: ok"
-    else
-      echo "fuse: FAIL: gpu_fuse, 3 ranks on one device, NCCL_HOSTID per rank: $h (exit $rc; expected '$want')"
-      head -20 "$d/out"; tail -20 "$d/err"; fail=1
-    fi
+    STAND_IN_EXPECT="^gpu_fuse: 3 ranks, .*: ok ($want" FAKE_CUDA_DEVICE_PER_RANK=0 NM_TEST_HOSTID_PER_RANK=$h \
+      FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 \
+      stand_in_run gpu_fuse "$b" "$d" "one device, NCCL_HOSTID per rank: $h" 3 "$b/test/unit/fuse_stand_in" || fail=1
   done
 fi
 exit $fail

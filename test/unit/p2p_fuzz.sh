@@ -18,15 +18,10 @@ for env in off host device; do
   for np in 2 3 4; do
     for seed in ${P2P_FUZZ_SEEDS:-3 11}; do
       # (device: every device message of 4 KiB and more as an envelope)
-      NCCLMPI_P2P_ENVELOPE=$env NCCLMPI_P2P_ENVELOPE_MIN=4096 TMPDIR="$d" timeout 120 "$b/test/run_mpi.sh" $np preload \
-        "$prog" --seed $seed --rounds 8 --max 1048576 >"$d/out" 2>"$d/err"
-      rc=$?
-      runs=$((runs + 1))
-      if [ $rc != 0 ] || ! grep -q "^gpu_p2p: $np ranks, .* 0 failure(s)" "$d/out"; then
-        echo "p2p_fuzz: FAIL: NCCLMPI_P2P_ENVELOPE=$env, $np ranks, seed $seed (exit $rc$([ $rc = 124 ] && echo ': timed out, a hang'))"
-        head -20 "$d/out"; grep -v '^$' "$d/err" | tail -20
+      STAND_IN_EXPECT="^gpu_p2p: $np ranks, .* 0 failure(s)" NCCLMPI_P2P_ENVELOPE=$env NCCLMPI_P2P_ENVELOPE_MIN=4096 \
+        stand_in_run p2p_fuzz "$b" "$d" "NCCLMPI_P2P_ENVELOPE=$env, seed $seed" $np "$prog" --seed $seed --rounds 8 --max 1048576 ||
         fail=1
-      fi
+      runs=$((runs + 1))
     done
   done
 done

@@ -22,20 +22,23 @@ stand_in() {
   # the program loads the stand-in driver (preloaded), and ncclmpi finds it there
   export NCCLMPI_CUDA_LIB="$_si_d/libcuda.so.1" NM_TEST_PRELOAD="$_si_d/libcuda.so.1"
 }
-# stand_in_run PROGNAME BUILDDIR DIR CASE NP PROG [ARG]: runs PROG (with ARG) at NP ranks,
-# preloaded (TMPDIR: DIR, 120 s limit), and expects "PROGNAME: ok" in its output; says how CASE
-# went; returns 1 when it failed; exits 77 when the program skipped.
+# stand_in_run PROGNAME BUILDDIR DIR CASE NP PROG [ARGS...]: runs PROG (with ARGS) at NP ranks,
+# preloaded (TMPDIR: DIR, 120 s limit), and expects "PROGNAME: ok" in its output (or a line
+# matching the grep pattern STAND_IN_EXPECT); says how CASE went; returns 1 when it failed; exits
+# 77 when the program skipped.
 stand_in_run() {
-  TMPDIR="$3" timeout 120 "$2/test/run_mpi.sh" "$5" preload "$6" ${7:+"$7"} >"$3/out" 2>"$3/err"
+  _si_name=$1 _si_b=$2 _si_d=$3 _si_case=$4 _si_np=$5 _si_prog=$6
+  shift 6
+  TMPDIR="$_si_d" timeout 120 "$_si_b/test/run_mpi.sh" "$_si_np" preload "$_si_prog" "$@" >"$_si_d/out" 2>"$_si_d/err"
   _si_rc=$?
   [ $_si_rc = 77 ] && exit 77
-  if [ $_si_rc != 0 ] || ! grep -q "$1: ok" "$3/out"; then
-    echo "$1: FAIL: $4, $5 ranks (exit $_si_rc$([ $_si_rc = 124 ] && echo ': timed out, a hang'))"
-    head -20 "$3/out"
-    tail -20 "$3/err"
+  if [ $_si_rc != 0 ] || ! grep -q "${STAND_IN_EXPECT:-$_si_name: ok}" "$_si_d/out"; then
+    echo "$_si_name: FAIL: $_si_case, $_si_np ranks (exit $_si_rc$([ $_si_rc = 124 ] && echo ': timed out, a hang'))"
+    head -20 "$_si_d/out"
+    tail -20 "$_si_d/err"
     return 1
   fi
-  echo "$1: $4, $5 ranks: ok"
+  echo "$_si_name: $_si_case, $_si_np ranks: ok"
 }
 # stand_in_ipc: 0 when this machine lets a process open another's file descriptors through
 # /proc/PID/fd (what the stand-in's CUDA IPC needs, FAKE_CUDA_IPC=1), else 1.
