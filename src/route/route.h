@@ -191,6 +191,26 @@ int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t
  * first; a caller skips describing the group's operations when not). */
 int nm_fuse_possible(int comm_size, int mode);
 
+/* ---- MAX and MIN reductions in one NCCL group ----
+ * NCCL 2.19 to 2.28 run max and min as one device function told apart by an argument, which the
+ * kernel keeps in one shared-memory slot per channel (ncclShmem.redOpArgs[0], written as each
+ * thread group sets up an operation). A tree allreduce splits a channel's threads into groups
+ * that work on different operations of a batch at the same time (reducing up, broadcasting
+ * down), so one group overwrites the argument of the operation the other is reducing: a MAX and a
+ * MIN allreduce in one NCCL group come out as a mix of the two on trees of 3 ranks or more.
+ * NCCL 2.29 keeps the argument per thread group. Raw NCCL 2.28.3, 3 and 4 ranks, 64 allreduces
+ * per group (test/gpu/nccl_group_check): wrong elements with max and min mixed, none with max
+ * alone, sum and max, the same calls outside a group, or the LL and LL128 protocols.
+ * Where this applies, ncclmpi issues a launched group as consecutive NCCL groups, none holding
+ * both. Every rank splits alike: the operations and their order are agreed, each one's MPI op is
+ * the same on every rank, and so are the communicator's size and NCCL's version (comm_create
+ * refuses an NCCL communicator whose ranks loaded different versions). */
+int nm_minmax_hazard(int nccl_version, int comm_size);
+/* Whether an operation reduced by NCCL with nccl_op (NM_UNSUPPORTED: not a reduction through
+ * NCCL) may join an NCCL group whose MAX and MIN reductions so far are *seen (0 for an empty
+ * group), recording it there when it may; 0 when it must begin the next group. */
+int nm_minmax_join(unsigned *seen, int nccl_op);
+
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */
 int nm_map_dtype(MPI_Datatype dt);

@@ -2,8 +2,12 @@
  * result compared with a float64 host reference. It tells whether NCCL itself computes right in
  * the arrangement a test run uses, before ncclmpi's tests are read: tools/gpu_check.sh virtual
  * runs it with the ranks of one GPU taken as hosts of their own (an NCCL_HOSTID per rank).
- *   mpirun -np N nccl_group_check [ROUNDS] [--nogroup]   (exit 0: every element right; 1: some wrong)
+ *   mpirun -np N nccl_group_check [ROUNDS] [--nogroup] [--k K] [--types LIST] [--ops LIST]
+ *   (exit 0: every element right; 1: some wrong; 2: bad arguments)
  * --nogroup: the same calls one by one, outside a group (whether a wrong result needs the group)
+ * --k K: K allreduces per round (1..64, default 64); --types/--ops: draw only from these
+ * (comma-separated: uint8,int32,int64,float64 and sum,max,min), to narrow down what a wrong
+ * result needs. A run with wrong elements prints them by type and op.
  * Each round: 64 in-place ncclAllReduce of uint8/int32/int64/float64 with sum/max/min (no sums of
  * bytes: they wrap), 1 to 20000 elements, in one ncclGroupStart/End, drawn from a seed every rank
  * shares; element j of op k on rank q is (7k + 3j + 11q) mod 53 + 1 (halved for float64), so
@@ -15,12 +19,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K = 64 };
+enum { KMAX = 64 };
 static const ncclDataType_t types[] = {ncclUint8, ncclInt32, ncclInt64, ncclFloat64};
 static const char *const tnames[] = {"uint8", "int32", "int64", "float64"};
 static const ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclMin};
 static const char *const onames[] = {"sum", "max", "min"};
 static const size_t counts[] = {1, 100, 4096, 8192, 16385, 20000};
+
+// a comma-separated LIST of names from NAMES[N] as a bit mask (0: a name not among them)
+static unsigned pick(const char *list, const char *const *names, int n)
+{
+    unsigned m = 0;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int i = 0;
+        while (i < n && strcmp(tok, names[i])) i++;
+        if (i == n) return 0;
+        m |= 1u << i;
+    }
+    return m;
+}
 
 static size_t tsize(int t) { return t == 0 ? 1 : t == 1 ? 4 : 8; }
 static double val(int k, size_t j, int q) { return (double)((7 * k + 3 * (long)j + 11 * q) % 53 + 1); }
@@ -65,8 +84,22 @@ int main(int argc, char **argv)
     int rank, size, ndev = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const int rounds = argc > 1 ? atoi(argv[1]) : 3;
-    const int grouped = !(argc > 2 && !strcmp(argv[2], "--nogroup"));
+    int rounds = 3, grouped = 1, K = KMAX;
+    unsigned tmask = 0xf, omask = 0x7;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(a, "--nogroup")) grouped = 0;
+        else if (!strcmp(a, "--k") && ++i) K = atoi(v);
+        else if (!strcmp(a, "--types") && ++i) tmask = pick(v, tnames, 4);
+        else if (!strcmp(a, "--ops") && ++i) omask = pick(v, onames, 3);
+        else rounds = atoi(a);
+    }
+    // (no sums of bytes: they wrap)
+    if (rounds < 1 || K < 1 || K > KMAX || !tmask || !omask || (tmask == 1 && omask == 1)) {
+        if (rank == 0) fprintf(stderr, "nccl_group_check: bad arguments\n");
+        MPI_Finalize();
+        return 2;
+    }
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         if (rank == 0) printf("nccl_group_check: no GPU\n");
         MPI_Finalize();
@@ -85,16 +118,18 @@ int main(int argc, char **argv)
     CK(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank");
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    long wrong = 0, checked = 0;
-    int t[K], o[K];
-    size_t n[K];
-    void *d[K];
+    long wrong = 0, checked = 0, by[4][3] = {{0}}, ops_by[4][3] = {{0}}, bad_by[4][3] = {{0}};
+    int t[KMAX], o[KMAX];
+    size_t n[KMAX];
+    void *d[KMAX];
     for (int r = 0; r < rounds; r++) {
         unsigned seed = 1234u + 77u * (unsigned)r;  // the same on every rank
         for (int k = 0; k < K; k++) {
-            t[k] = (int)(next(&seed) % 4);
-            o[k] = (int)(next(&seed) % 3);
-            if (t[k] == 0 && o[k] == 0) o[k] = 1;
+            do {
+                t[k] = (int)(next(&seed) % 4);
+                o[k] = (int)(next(&seed) % 3);
+                if (t[k] == 0 && o[k] == 0) o[k] = 1;
+            } while (!(tmask >> t[k] & 1) || !(omask >> o[k] & 1));
             n[k] = counts[next(&seed) % (sizeof(counts) / sizeof(counts[0]))];
             const size_t bytes = n[k] * tsize(t[k]);
             void *h = malloc(bytes);
@@ -112,6 +147,7 @@ int main(int argc, char **argv)
             void *h = malloc(bytes);
             CK(cudaMemcpy(h, d[k], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
             int shown = 0;
+            ops_by[t[k]][o[k]]++;
             for (size_t j = 0; j < n[k]; j++) {
                 double want = val(k, j, 0);
                 for (int q = 1; q < size; q++) {
@@ -122,19 +158,29 @@ int main(int argc, char **argv)
                 checked++;
                 if (got != want) {
                     wrong++;
+                    by[t[k]][o[k]]++;
                     if (!shown++ && rank == 0)
                         printf("nccl_group_check: round %d op %d (%s %s x %zu): element %zu is %g, expected %g\n", r, k,
                                tnames[t[k]], onames[o[k]], n[k], j, got, want);
                 }
             }
+            if (shown) bad_by[t[k]][o[k]]++;
             free(h);
             CK(cudaFree(d[k]), "cudaFree");
         }
     }
     long all = 0;
-    MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, by, 12, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, bad_by, 12, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0 && all)
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 3; b++)
+                if (ops_by[a][b])
+                    printf("nccl_group_check:   %s %s: %ld of %ld operation(s) wrong, %ld element(s)\n", tnames[a],
+                           onames[b], bad_by[a][b], ops_by[a][b], by[a][b]);
     if (rank == 0)
-        printf("nccl_group_check: %d ranks, %d rounds of %d allreduces %s: %ld wrong element(s) of %ld per rank%s\n",
+        printf("nccl_group_check: %d ranks, %d rounds of %d allreduces %s: %ld wrong element(s) of %ld on the worst rank%s\n",
                size, rounds, K, grouped ? "in one group" : "one by one", all, checked, all ? "" : ": ok");
     ncclCommDestroy(comm);
     MPI_Finalize();

@@ -403,6 +403,36 @@ static _Thread_local int group_depth;
 static _Thread_local struct shm_comm *group_comms[16];
 static _Thread_local int ngroup_comms;
 
+/* NCCL 2.19 to 2.28 compute a MAX and a MIN reduction wrong when one group holds both on 3 ranks
+ * or more (max and min are one device function there, told apart by an argument kept in one
+ * shared-memory slot per channel, which the concurrent thread groups of a tree allreduce overwrite
+ * for each other's work; per thread group from 2.29). The stand-in refuses such a group where the
+ * version it reports (FAKE_NCCL_VERSION, default the headers') is among them, so that tests fail
+ * where real NCCL would give wrong results in some runs. */
+static int version(void)
+{
+    const char *v = getenv("FAKE_NCCL_VERSION");
+    return v && *v ? atoi(v) : NCCL_VERSION_CODE;
+}
+static _Thread_local struct { const void *comm; unsigned seen; } minmax[16];
+static _Thread_local int nminmax;
+static ncclResult_t minmax_check(ncclComm_t c, ncclRedOp_t op)
+{
+    if (!group_depth || c->nranks < 3 || (op != ncclMax && op != ncclMin) || version() < 21900 || version() >= 22900)
+        return ncclSuccess;
+    int k = 0;
+    while (k < nminmax && minmax[k].comm != c) k++;
+    if (k == nminmax) {
+        if (k == 16) return ncclSuccess;
+        minmax[nminmax++].comm = c, minmax[k].seen = 0;
+    }
+    minmax[k].seen |= op == ncclMax ? 1u : 2u;
+    if (minmax[k].seen != 3u) return ncclSuccess;
+    fprintf(stderr, "stand-in NCCL: a MAX and a MIN reduction in one group of %d ranks (NCCL %d computes them wrong)\n",
+            c->nranks, version());
+    return ncclInvalidUsage;
+}
+
 static void p2p_moves(struct shm_comm *c, struct p2p *pend, int npend)
 {
     const int nr = c->base.nranks;
@@ -486,7 +516,7 @@ static ncclResult_t p2p_add(struct shm_comm *c, int send, int peer, const void *
     return ncclSuccess;
 }
 
-EXPORT ncclResult_t ncclGetVersion(int *v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
+EXPORT ncclResult_t ncclGetVersion(int *v) { *v = version(); return ncclSuccess; }
 EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     static int made;
@@ -540,6 +570,7 @@ EXPORT ncclResult_t ncclGroupEnd(void)
 {
     if (group_depth == 0) return ncclInvalidUsage;
     if (--group_depth > 0) return ncclSuccess;
+    nminmax = 0;
     ncclResult_t rc = ncclSuccess;
     for (int k = 0; k < ngroup_comms; k++)
         if (rc == ncclSuccess) rc = p2p_run(group_comms[k]);
@@ -549,6 +580,7 @@ EXPORT ncclResult_t ncclGroupEnd(void)
 EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
+    if (minmax_check(c, op) != ncclSuccess) return ncclInvalidUsage;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_ALLREDUCE, t, op, -1, n}, s, n * tsize(t), r, n * tsize(t), st);
     return copy(s, r, n, t);
@@ -556,6 +588,7 @@ EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType
 EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
+    if (minmax_check(c, op) != ncclSuccess) return ncclInvalidUsage;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_REDUCE, t, op, root, n}, s, n * tsize(t), r, n * tsize(t), st);
     return copy(s, r, n, t);
@@ -577,6 +610,7 @@ EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType
 EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
     (void)st;
+    if (minmax_check(c, op) != ncclSuccess) return ncclInvalidUsage;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_REDUCE_SCATTER, t, op, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t), st);
     return copy(s, r, n, t);

@@ -162,6 +162,57 @@ static void launch_failed(CommState *cs, ProcessGroup *pg, Op *const *ops, int n
     for (int i = 0; i < n; i++) op_release_resources(*ops[i], s);
 }
 
+// The end of the NCCL group that starts at ops[b] where one may not hold a MAX and a MIN
+// reduction (route.h, "MAX and MIN"), from what every rank shares: each op's kind, MPI op and
+// one-shot choice.
+static int minmax_segment_end(Op *const *ops, int b, int n)
+{
+    unsigned seen = 0;
+    int i = b;
+    for (; i < n; i++) {
+        const Op *op = ops[i];
+        const int nop = (nm_opk(op->o.kind) & NM_KF_RED) && !op->oneshot ? nm_map_op(op->o.op) : NM_UNSUPPORTED;
+        if (!nm_minmax_join(&seen, nop)) break;
+    }
+    return i;
+}
+
+// ops[b, e) of a launch of n as one NCCL group on s (none where all of them run as one-shot
+// kernels), their small allreduces sharing NCCL calls (fuse.h).
+static nm_status_t nccl_group(Op *const *ops, int n, int b, int e, ProcessGroup &pg, CUstream s, std::string *err)
+{
+    bool any_nccl = false;
+    for (int i = b; i < e; i++) any_nccl |= !ops[i]->oneshot;
+    // small allreduces of the group share NCCL calls (fuse.h), planned from what every rank shares
+    // (the group's ops and their order are agreed, and so is each one's one-shot choice)
+    // (the thread's plan is reached only for groups of several: a dynamically initialised
+    // thread-local costs a TLS lookup call wherever control passes its declaration)
+    Fusion *fusion = nullptr;
+    if (any_nccl && e - b > 1) {
+        static thread_local Fusion plan;
+        if (plan.plan(ops + b, e - b, pg.size())) fusion = &plan;
+    }
+    const bool fused = fusion != nullptr;
+    nm_status_t st = NM_OK;
+    if (any_nccl) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
+    for (int i = b; i < e && st == NM_OK; i++) {
+        NcclCall c(*ops[i], pg, s, n == 1);
+        if (fused) c.fuse = fusion->slot(i - b);
+        st = op_row(ops[i]->o.kind).nccl(c);
+        if (st == NM_OK) st = c.st;
+        if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
+    }
+    if (fused && st == NM_OK && (st = fusion->post(ops + b, pg, s)) != NM_OK)
+        *err = std::string("fused allreduces: ") + nm_status_str(st);
+    ncclResult_t ge = any_nccl ? nccl.ncclGroupEnd() : ncclSuccess;
+    if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
+        *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg.nccl_comm()) + ")";
+        st = NM_ERR_NCCL;
+    }
+    if (fused && st == NM_OK && (st = fusion->unpack(pg, s)) != NM_OK) *err = "fused allreduces: unpacking failed";
+    return st;
+}
+
 // Launch ops (all of one communicator, cs->mu held) as one NCCL group on stream s.
 static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std::string *err)
 {
@@ -211,39 +262,17 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     // to NCCL: one NCCL group beats a kernel launch per op. The one-shot kernels left launch at
     // their op inside the group (on every rank in the same order, before the group's NCCL
     // kernels); a group of one-shot ops only needs no NCCL group at all.
-    bool any_nccl = false;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && n > 1; i++) {
         const bool red = nm_opk(ops[i]->o.kind) & NM_KF_RED;
-        if (n > 1 && ops[i]->oneshot && (!red || (ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)))
+        if (ops[i]->oneshot && (!red || (ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)))
             ops[i]->oneshot = false;
-        any_nccl |= !ops[i]->oneshot;
     }
-    // small allreduces of the group share NCCL calls (fuse.h), planned from what every rank shares
-    // (the group's ops and their order are agreed, and so is each one's one-shot choice above)
-    // (the thread's plan is reached only for groups of several: a dynamically initialised
-    // thread-local costs a TLS lookup call wherever control passes its declaration)
-    Fusion *fusion = nullptr;
-    if (any_nccl && n > 1) {
-        static thread_local Fusion plan;
-        if (plan.plan(ops, n, pg->size())) fusion = &plan;
+    // one NCCL group, or consecutive ones where NCCL would mix a MAX and a MIN (route.h)
+    const bool split = n > 1 && nm_minmax_hazard(nccl.version, pg->size());
+    for (int b = 0, e; b < n && st == NM_OK; b = e) {
+        e = split ? minmax_segment_end(ops, b, n) : n;
+        st = nccl_group(ops, n, b, e, *pg, s, err);
     }
-    const bool fused = fusion != nullptr;
-    if (any_nccl) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
-    for (int i = 0; i < n && st == NM_OK; i++) {
-        NcclCall c(*ops[i], *pg, s, n == 1);
-        if (fused) c.fuse = fusion->slot(i);
-        st = op_row(ops[i]->o.kind).nccl(c);
-        if (st == NM_OK) st = c.st;
-        if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
-    }
-    if (fused && st == NM_OK && (st = fusion->post(ops, *pg, s)) != NM_OK)
-        *err = std::string("fused allreduces: ") + nm_status_str(st);
-    ncclResult_t ge = any_nccl ? nccl.ncclGroupEnd() : ncclSuccess;
-    if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
-        *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg->nccl_comm()) + ")";
-        st = NM_ERR_NCCL;
-    }
-    if (fused && st == NM_OK && (st = fusion->unpack(*pg, s)) != NM_OK) *err = "fused allreduces: unpacking failed";
     for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
     Completion *d = nullptr;
     if (st == NM_OK) {
