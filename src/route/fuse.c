@@ -1,5 +1,5 @@
-/* ncclmpi: which allreduces of a group share one NCCL call (route.h, "fused"), and where a launched
- * group is cut into NCCL groups (route.h, "MAX and MIN"). Pure. */
+/* ncclmpi: which allreduces of a group share one NCCL call (route.h, "fused"), and where NCCL needs
+ * a group's MAX and MIN reductions apart (route.h, "MAX and MIN"). Pure. */
 #include <nccl.h>
 
 #include "route/nm_op.h"
@@ -77,11 +77,3 @@ int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t
 }
 
 int nm_minmax_hazard(int nccl_version, int comm_size) { return comm_size >= 3 && nccl_version >= 21900 && nccl_version < 22900; }
-
-int nm_minmax_join(unsigned *seen, int nccl_op)
-{
-    const unsigned m = nccl_op == ncclMax ? 1u : nccl_op == ncclMin ? 2u : 0u;
-    if ((*seen | m) == 3u) return 0;
-    *seen |= m;
-    return 1;
-}

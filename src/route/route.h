@@ -201,15 +201,13 @@ int nm_fuse_possible(int comm_size, int mode);
  * NCCL 2.29 keeps the argument per thread group. Raw NCCL 2.28.3, 3 and 4 ranks, 64 allreduces
  * per group (test/gpu/nccl_group_check): wrong elements with max and min mixed, none with max
  * alone, sum and max, the same calls outside a group, or the LL and LL128 protocols.
- * Where this applies, ncclmpi issues a launched group as consecutive NCCL groups, none holding
- * both. Every rank splits alike: the operations and their order are agreed, each one's MPI op is
- * the same on every rank, and so are the communicator's size and NCCL's version (comm_create
- * refuses an NCCL communicator whose ranks loaded different versions). */
+ * Where this applies and a launched group holds both, ncclmpi issues it as two NCCL groups: every
+ * operation but the MIN reductions, then the MIN reductions (issue order within each). Every rank
+ * sorts alike: the operations and their order are agreed, each one's MPI op is the same on every
+ * rank, and so are the communicator's size and NCCL's version (comm_create refuses an NCCL
+ * communicator whose ranks loaded different versions). No result changes: the operations of one
+ * launch are pending together, and MPI forbids one to use another's receive buffer. */
 int nm_minmax_hazard(int nccl_version, int comm_size);
-/* Whether an operation reduced by NCCL with nccl_op (NM_UNSUPPORTED: not a reduction through
- * NCCL) may join an NCCL group whose MAX and MIN reductions so far are *seen (0 for an empty
- * group), recording it there when it may; 0 when it must begin the next group. */
-int nm_minmax_join(unsigned *seen, int nccl_op);
 
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */

@@ -5,7 +5,8 @@
 # kernel (batches of regions) and without it (driver copies), every size, and with the default
 # (which leaves one-rank communicators alone) and fusing off; the
 # NCCLMPI_STATS line must count the fused operations and the calls they shared. Then
-# test/gpu/gpu_fuse.c itself at 2-4 ranks (fuse_stand_in), and at 3 ranks on one device with and
+# test/gpu/gpu_fuse.c itself at 2-4 ranks (fuse_stand_in; with NCCLMPI_FUSE=all at 3-4 ranks, where
+# a group's max and min reductions must reach NCCL apart), and at 3 ranks on one device with and
 # without an NCCL_HOSTID per rank (the route must follow NCCL's rule for ranks sharing a GPU).
 b=$1
 d="$b/fuse_test"
@@ -48,6 +49,14 @@ if [ -x "$b/test/unit/fuse_stand_in" ]; then
   for np in 2 3 4; do
     STAND_IN_EXPECT="^gpu_fuse: $np ranks, .*: ok" FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 \
       stand_in_run gpu_fuse "$b" "$d" "streams run later" $np "$b/test/unit/fuse_stand_in" || fail=1
+  done
+  # fusing every type at 3 and 4 ranks, where the stand-in NCCL (reporting an NCCL version that
+  # mixes up max and min in one group) refuses a group holding both: ncclmpi's groups of mixed
+  # ops go to NCCL as two, and each still fuses (gpu_fuse checks that some did)
+  for np in 3 4; do
+    STAND_IN_EXPECT="^gpu_fuse: $np ranks, .*: ok (rank 0: [1-9][0-9]* on NCCL, [1-9][0-9]* fused" NCCLMPI_FUSE=all \
+      FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 \
+      stand_in_run gpu_fuse "$b" "$d" "NCCLMPI_FUSE=all, max and min apart" $np "$b/test/unit/fuse_stand_in" 6 || fail=1
   done
   # three ranks on one device: staged (NCCL refuses them), unless each has an NCCL_HOSTID of its
   # own (test/run_mpi.sh), where NCCL takes them as hosts of their own and so does ncclmpi

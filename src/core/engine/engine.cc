@@ -162,24 +162,17 @@ static void launch_failed(CommState *cs, ProcessGroup *pg, Op *const *ops, int n
     for (int i = 0; i < n; i++) op_release_resources(*ops[i], s);
 }
 
-// The end of the NCCL group that starts at ops[b] where one may not hold a MAX and a MIN
-// reduction (route.h, "MAX and MIN"), from what every rank shares: each op's kind, MPI op and
-// one-shot choice.
-static int minmax_segment_end(Op *const *ops, int b, int n)
+// 1 for a MAX reduction that NCCL runs, 2 for a MIN one, else 0 (route.h, "MAX and MIN")
+static unsigned minmax_of(const Op *op)
 {
-    unsigned seen = 0;
-    int i = b;
-    for (; i < n; i++) {
-        const Op *op = ops[i];
-        const int nop = (nm_opk(op->o.kind) & NM_KF_RED) && !op->oneshot ? nm_map_op(op->o.op) : NM_UNSUPPORTED;
-        if (!nm_minmax_join(&seen, nop)) break;
-    }
-    return i;
+    if (!(nm_opk(op->o.kind) & NM_KF_RED) || op->oneshot) return 0;
+    const int nop = nm_map_op(op->o.op);
+    return nop == ncclMax ? 1u : nop == ncclMin ? 2u : 0u;
 }
 
 // ops[b, e) of a launch of n as one NCCL group on s (none where all of them run as one-shot
 // kernels), their small allreduces sharing NCCL calls (fuse.h).
-static nm_status_t nccl_group(Op *const *ops, int n, int b, int e, ProcessGroup &pg, CUstream s, std::string *err)
+static nm_status_t nccl_group(Op *const *ops, int b, int e, int n, ProcessGroup &pg, CUstream s, std::string *err)
 {
     bool any_nccl = false;
     for (int i = b; i < e; i++) any_nccl |= !ops[i]->oneshot;
@@ -267,11 +260,23 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         if (ops[i]->oneshot && (!red || (ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)))
             ops[i]->oneshot = false;
     }
-    // one NCCL group, or consecutive ones where NCCL would mix a MAX and a MIN (route.h)
-    const bool split = n > 1 && nm_minmax_hazard(nccl.version, pg->size());
-    for (int b = 0, e; b < n && st == NM_OK; b = e) {
-        e = split ? minmax_segment_end(ops, b, n) : n;
-        st = nccl_group(ops, n, b, e, *pg, s, err);
+    // one NCCL group; two where NCCL would mix up a MAX and a MIN reduction (route.h): every op
+    // but the MIN reductions, then those (issue order within each; every rank sorts alike)
+    unsigned mm = 0;
+    if (n > 1 && nm_minmax_hazard(nccl.version, pg->size()))
+        for (int i = 0; i < n; i++) mm |= minmax_of(ops[i]);
+    if (mm != 3u) {
+        st = nccl_group(ops, 0, n, n, *pg, s, err);
+    } else {
+        static thread_local std::vector<Op *> sorted;
+        sorted.clear();
+        for (int i = 0; i < n; i++)
+            if (minmax_of(ops[i]) != 2u) sorted.push_back(ops[i]);
+        const int first = (int)sorted.size();
+        for (int i = 0; i < n; i++)
+            if (minmax_of(ops[i]) == 2u) sorted.push_back(ops[i]);
+        st = nccl_group(sorted.data(), 0, first, n, *pg, s, err);
+        if (st == NM_OK) st = nccl_group(sorted.data(), first, n, n, *pg, s, err);
     }
     for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
     Completion *d = nullptr;
