@@ -1762,6 +1762,96 @@ static void sc_explicit_group(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* 17b. field_range: the range of many fields, each field's MIN and MAX issued back to back     */
+
+/* 32 fields (int and double alternating, 4096-19968 elements), each field's MPI_Iallreduce(MIN)
+ * and MPI_Iallreduce(MAX) back to back, then one Waitall: 64 operations that coalesce (and, in
+ * the explicit-group rounds, one explicit group), MAX and MIN reductions of one type together.
+ * NCCL 2.19-2.28 give wrong results for such an NCCL group on 3 ranks or more (design.md, "A MAX
+ * and a MIN reduction"), so this fails wherever ncclmpi hands NCCL both in one group. */
+static double range_val(int f, int j, int q) { return (double)((7 * f + 3 * j + 11 * q) % 53 + 1); }
+
+static void sc_field_range(void)
+{
+    int (*gbegin)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
+    int (*gend)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_end");
+    enum { F = 32 };
+    MPI_Comm c = fresh_dup();
+    /* its NCCL communicator is made at its first blocking device collective (nonblocking calls
+     * before that one run staged) */
+    dev_allreduce_check(c, 100, 1, "the first, blocking Allreduce");
+    gbuf_t src[F], lo[F], hi[F];
+    void *wlo[F], *whi[F];
+    int n[F];
+    for (int f = 0; f < F; f++) {
+        n[f] = 4096 + 512 * f;
+        const size_t es = f % 2 ? sizeof(double) : sizeof(int);
+        unsigned char *h = malloc(n[f] * es);
+        wlo[f] = malloc(n[f] * es);
+        whi[f] = malloc(n[f] * es);
+        for (int j = 0; j < n[f]; j++) {
+            double mn = range_val(f, j, 0), mx = mn;
+            for (int q = 1; q < size; q++) {
+                const double v = range_val(f, j, q);
+                mn = v < mn ? v : mn;
+                mx = v > mx ? v : mx;
+            }
+            if (f % 2) {
+                ((double *)h)[j] = range_val(f, j, rank) / 4;  /* exact in binary */
+                ((double *)wlo[f])[j] = mn / 4;
+                ((double *)whi[f])[j] = mx / 4;
+            } else {
+                ((int *)h)[j] = (int)range_val(f, j, rank);
+                ((int *)wlo[f])[j] = (int)mn;
+                ((int *)whi[f])[j] = (int)mx;
+            }
+        }
+        src[f] = gb_dev_from(h, n[f] * es);
+        lo[f] = gb_dev(n[f] * es);
+        hi[f] = gb_dev(n[f] * es);
+        free(h);
+    }
+    MPI_Request q[2 * F];
+    for (int round = 0; round < 4; round++) {
+        const int group = round % 2 && gbegin && gend;
+        const char *how = group ? "in an explicit group" : "back to back";
+        for (int f = 0; f < F; f++) {
+            gb_poison(&lo[f]);
+            gb_poison(&hi[f]);
+        }
+        STEP();
+        int rc;
+        if (group) CHECK((rc = gbegin()) == 0, "ncclmpi_group_begin returned %d", rc);
+        for (int f = 0; f < F; f++) {
+            MPI_Datatype t = f % 2 ? MPI_DOUBLE : MPI_INT;
+            rc = MPI_Iallreduce(src[f].p, lo[f].p, n[f], t, MPI_MIN, c, &q[2 * f]);
+            CHECK(rc == MPI_SUCCESS, "round %d: Iallreduce(MIN) of field %d returned %d", round, f, rc);
+            rc = MPI_Iallreduce(src[f].p, hi[f].p, n[f], t, MPI_MAX, c, &q[2 * f + 1]);
+            CHECK(rc == MPI_SUCCESS, "round %d: Iallreduce(MAX) of field %d returned %d", round, f, rc);
+        }
+        if (group) CHECK((rc = gend()) == 0, "ncclmpi_group_end returned %d", rc);
+        rc = MPI_Waitall(2 * F, q, MPI_STATUSES_IGNORE);
+        CHECK(rc == MPI_SUCCESS, "round %d: Waitall returned %d", round, rc);
+        STEP();
+        for (int f = 0; f < F; f++) {
+            char what[96];
+            const size_t es = f % 2 ? sizeof(double) : sizeof(int);
+            snprintf(what, sizeof(what), "round %d (%s): field %d's MIN", round, how, f);
+            gb_expect(&lo[f], wlo[f], es, what);
+            snprintf(what, sizeof(what), "round %d (%s): field %d's MAX", round, how, f);
+            gb_expect(&hi[f], whi[f], es, what);
+        }
+    }
+    for (int f = 0; f < F; f++) {
+        gb_free_all(&src[f], &lo[f], &hi[f], NULL);
+        free(wlo[f]);
+        free(whi[f]);
+    }
+    STEP();
+    MPI_Comm_free(&c);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* 18. fault, fault_nb: an injected NCCL failure (NCCLMPI_FAULT=0:20) surfaces as an error return  */
 
 /* nb: MPI_Iallreduce + MPI_Wait, so the failure reaches the rank after the call returned, in the
@@ -2632,6 +2722,7 @@ static const scenario_t scenarios[] = {
     {"progress", sc_progress, NULL, 2, 0, 0, 0, 0, 0},
     {"coalesce_triggers", sc_coalesce_triggers, NULL, 2, 0, 0, 0, 0, 0},
     {"explicit_group", sc_explicit_group, NULL, 1, 0, 0, 0, 0, 0},
+    {"field_range", sc_field_range, NULL, 1, 0, 0, 0, 0, 0},
     {"fault", sc_fault, NULL, 1, 1, 0, 1, 0, 1},
     {"fault_nb", sc_fault_nb, NULL, 1, 1, 0, 1, 0, 1},
     {"kill", sc_kill, NULL, 2, 1, 0, 1, 0, 1},
