@@ -25,7 +25,7 @@
 #           multi-rank NCCL route (correctness and hangs; its speed means nothing), with NCCL's
 #           own choice of algorithm (NCCL_ALGO if set). First raw NCCL alone
 #           (test/gpu/nccl_group_check) at 2-4 ranks: max and min allreduces in one group, which
-#           NCCL 2.19-2.28 get wrong at 3+ ranks on a tree (ncclmpi splits such groups: route.h),
+#           NCCL 2.19-2.28 get wrong at 3+ ranks on a tree (ncclmpi never groups them: route.h),
 #           the same one by one, and every op mixed but max with min
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);

@@ -76,4 +76,4 @@ int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t
     return ncalls;
 }
 
-int nm_minmax_hazard(int nccl_version, int comm_size) { return comm_size >= 3 && nccl_version >= 21900 && nccl_version < 22900; }
+int nm_minmax_hazard(int nccl_version, int comm_size) { return comm_size >= 2 && nccl_version >= 21900 && nccl_version < 22900; }

@@ -192,21 +192,14 @@ int nm_fuse_plan(const nm_fuse_op_t *ops, int n, int comm_size, int mode, size_t
 int nm_fuse_possible(int comm_size, int mode);
 
 /* ---- MAX and MIN reductions in one NCCL group ----
- * NCCL 2.19 to 2.28 run max and min as one device function told apart by an argument, which the
- * kernel keeps in one shared-memory slot per channel (ncclShmem.redOpArgs[0], written as each
- * thread group sets up an operation). A tree allreduce splits a channel's threads into groups
- * that work on different operations of a batch at the same time (reducing up, broadcasting
- * down), so one group overwrites the argument of the operation the other is reducing: a MAX and a
- * MIN allreduce in one NCCL group come out as a mix of the two on trees of 3 ranks or more.
- * NCCL 2.29 keeps the argument per thread group. Raw NCCL 2.28.3, 3 and 4 ranks, 64 allreduces
- * per group (test/gpu/nccl_group_check): wrong elements with max and min mixed, none with max
- * alone, sum and max, the same calls outside a group, or the LL and LL128 protocols.
- * Where this applies and a launched group holds both, ncclmpi issues it as two NCCL groups: every
+ * NCCL 2.19 to 2.28 can mix up a MAX and a MIN reduction of one NCCL group (they are one device
+ * function there, told apart by an argument that concurrent thread groups of a channel overwrite
+ * for each other: design.md, "A MAX and a MIN reduction"). Where that applies (those versions, 2
+ * ranks or more) and a launched group holds both, ncclmpi issues it as two NCCL groups: every
  * operation but the MIN reductions, then the MIN reductions (issue order within each). Every rank
  * sorts alike: the operations and their order are agreed, each one's MPI op is the same on every
  * rank, and so are the communicator's size and NCCL's version (comm_create refuses an NCCL
- * communicator whose ranks loaded different versions). No result changes: the operations of one
- * launch are pending together, and MPI forbids one to use another's receive buffer. */
+ * communicator whose ranks loaded different versions). */
 int nm_minmax_hazard(int nccl_version, int comm_size);
 
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */

@@ -403,12 +403,13 @@ static _Thread_local int group_depth;
 static _Thread_local struct shm_comm *group_comms[16];
 static _Thread_local int ngroup_comms;
 
-/* NCCL 2.19 to 2.28 compute a MAX and a MIN reduction wrong when one group holds both on 3 ranks
- * or more (max and min are one device function there, told apart by an argument kept in one
- * shared-memory slot per channel, which the concurrent thread groups of a tree allreduce overwrite
- * for each other's work; per thread group from 2.29). The stand-in refuses such a group where the
- * version it reports (FAKE_NCCL_VERSION, default the headers') is among them, so that tests fail
- * where real NCCL would give wrong results in some runs. */
+/* NCCL 2.19 to 2.28 can compute a MAX and a MIN reduction wrong when one group holds both (max and
+ * min are one device function there, told apart by an argument kept in one shared-memory slot per
+ * channel, which concurrent thread groups of a channel overwrite for each other's work: measured
+ * with trees of 3 ranks and more; NVLS runs such groups at 2; per thread group from 2.29). The
+ * stand-in refuses such a group of 2 ranks or more where the version it reports
+ * (FAKE_NCCL_VERSION, default the headers') is among them, so that tests fail where real NCCL may
+ * give wrong results. */
 static int version(void)
 {
     const char *v = getenv("FAKE_NCCL_VERSION");
@@ -418,7 +419,7 @@ static _Thread_local struct { const void *comm; unsigned seen; } minmax[16];
 static _Thread_local int nminmax;
 static ncclResult_t minmax_check(ncclComm_t c, ncclRedOp_t op)
 {
-    if (!group_depth || c->nranks < 3 || (op != ncclMax && op != ncclMin) || version() < 21900 || version() >= 22900)
+    if (!group_depth || c->nranks < 2 || (op != ncclMax && op != ncclMin) || version() < 21900 || version() >= 22900)
         return ncclSuccess;
     int k = 0;
     while (k < nminmax && minmax[k].comm != c) k++;

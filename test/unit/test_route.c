@@ -480,12 +480,12 @@ static void fset(int i, int kind, int type, int op, size_t count)
     fops[i].count = count;
 }
 
-/* MAX and MIN reductions in one NCCL group (route.h): apart only with NCCL 2.19-2.28 at 3 ranks
+/* MAX and MIN reductions in one NCCL group (route.h): apart only with NCCL 2.19-2.28 at 2 ranks
  * or more. */
 static void test_minmax_split(void)
 {
-    CHECK(nm_minmax_hazard(22803, 3) && nm_minmax_hazard(21901, 8) && nm_minmax_hazard(22809, 4));
-    CHECK(!nm_minmax_hazard(22803, 2) && !nm_minmax_hazard(22803, 1));  /* a tree of 2 has no middle rank */
+    CHECK(nm_minmax_hazard(22803, 3) && nm_minmax_hazard(21901, 8) && nm_minmax_hazard(22809, 2));
+    CHECK(!nm_minmax_hazard(22803, 1));  /* one rank: nothing to reduce with */
     CHECK(!nm_minmax_hazard(21803, 4) && !nm_minmax_hazard(22902, 4));  /* before one function, after the fix */
 }
 
