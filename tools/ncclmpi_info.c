@@ -15,6 +15,7 @@
 #include "ncclmpi.h"
 #include "nm_build.h"
 #include "nm_entry_points.h" /* NM_CU_FUNCTIONS, NM_NCCL_REQUIRED, NM_NCCL_OPTIONAL of src/core */
+#include "route/route.h"
 #include "util/config.h"
 #include "util/stats.h"
 
@@ -46,7 +47,8 @@ static const char usage_text[] =
     "  -f, --functions  the intercepted MPI functions\n"
     "  -p, --probe      run-time probe, loading what the library loads: the MPI library, libncclmpi,\n"
     "                   hwloc, the CUDA driver, the GPUs (UUID, PCI bus id, NUMA node, CPUs, MPS), peer\n"
-    "                   access between them, the NCCL library and its version against the headers\n"
+    "                   access between them, the NCCL library, its version against the headers and\n"
+    "                   what ncclmpi does differently for that version\n"
     "  -c, --config     every NCCLMPI_* variable: type, default, accepted values, current value, meaning\n"
     "  -m, --markdown   the variables as Markdown (doc/config.md)\n"
     "  -a, --all        all of -b -f -p -c\n"
@@ -495,6 +497,10 @@ static void probe_nccl(void)
     fact("probe.nccl.lib", path, "NCCL library", "%s", path);
     if (code == NM_NCCL_BUILD_CODE) fact("probe.nccl.version", fv, "  version", "%s (%s)", fv, cmp);
     else fact("probe.nccl.version", fv, "  version", "%s (%s %s)", fv, cmp, hv);
+    /* what ncclmpi does differently for this version (route.h); any communicator of 2 ranks or more */
+    const int apart = nm_minmax_hazard(code, 2);
+    fact("probe.nccl.minmax_apart", apart ? "yes" : "no", apart ? "  MAX and MIN" : NULL,
+         "never in one NCCL group (this version can mix them up there: doc/design.md)");
     fact("probe.nccl.headers", hv, NULL, "%s", hv);
     fact("probe.nccl.match", code == NM_NCCL_BUILD_CODE ? "same" : code > NM_NCCL_BUILD_CODE ? "newer" : "older", NULL,
          "%s", "");

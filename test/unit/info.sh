@@ -1,7 +1,8 @@
 #!/bin/sh
 # info.sh BUILDDIR: ncclmpi_info answers --help and --version, refuses a wrong option with status
 # 2, prints every report (also key:value with --parsable), probes without a CUDA driver and with
-# a stand-in one (test/unit/fake_cuda.c: three GPUs, NVLink, PCIe and no peer access), links
+# a stand-in one (test/unit/fake_cuda.c: three GPUs, NVLink, PCIe and no peer access), says for
+# which NCCL versions MAX and MIN reductions go to NCCL apart (the stand-in NCCL), links
 # neither libcuda nor libnccl, and warns about invalid and unknown NCCLMPI_* variables.
 b=$1
 info="$b/tools/ncclmpi_info"
@@ -59,6 +60,17 @@ if [ -e "$fake" ]; then
   grep -q 'NV(0)' "$out" && grep -q 'PCI(1)' "$out" && grep -q 'GPU2' "$out" || fail "stand-in driver: no peer matrix"
 else
   echo "info: $fake not built; the stand-in driver checks are left out"
+fi
+
+# the stand-in NCCL: MAX and MIN apart for the versions that mix them up (route.h), not for others
+fnccl="$b/test/unit/.libs/libfakenccl.so"
+if [ -e "$fnccl" ]; then
+  for vk in 22803:yes 21901:yes 22902:no 21803:no; do
+    FAKE_NCCL_VERSION=${vk%:*} NCCLMPI_NCCL_LIB="$fnccl" "$info" -p --parsable >"$out" 2>"$err" || fail "-p with the stand-in NCCL"
+    grep -qx "probe.nccl.minmax_apart:${vk#*:}" "$out" || fail "stand-in NCCL ${vk%:*}: no line probe.nccl.minmax_apart:${vk#*:}"
+  done
+  FAKE_NCCL_VERSION=22803 NCCLMPI_NCCL_LIB="$fnccl" "$info" -p >"$out" 2>"$err" || fail "-p with the stand-in NCCL"
+  grep -q 'MAX and MIN *: never in one NCCL group' "$out" || fail "stand-in NCCL 2.28.3: no 'MAX and MIN' line"
 fi
 
 # nothing links the CUDA driver or NCCL
