@@ -125,7 +125,7 @@ sanitize)
   hz=""
   for sc in layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first empty_scatterv \
             bottom signature_pipelined threads first_nb_crossing comm_free_outstanding dup_churn progress \
-            coalesce_triggers explicit_group fuzz; do hz="$hz;2 gpu_hazard $sc"; done
+            coalesce_triggers explicit_group field_range group_mix fuzz; do hz="$hz;2 gpu_hazard $sc"; done
   list=${NM_SANITIZE_TESTS:-"2 gpu_coll --only Alltoall --trace;2 gpu_coll --quick;3 gpu_coll --quick;2 gpu_oneshot --quick;2 gpu_misc;2 gpu_stream;2 gpu_reject;2 gpu_p2p --seed 1;3 gpu_p2p --seed 2;2 gpu_persist --iters 100;2 gpu_neighbor;3 gpu_neighbor;3 gpu_hazard layout_bcast;3 gpu_hazard threads;2 NCCLMPI_AGREE=1 gpu_hazard agree_mixed;2 NCCLMPI_AGREE=1 gpu_hazard uint8_sum;2 NCCLMPI_P2P_ENVELOPE=device NCCLMPI_P2P_ENVELOPE_MIN=4096 gpu_p2p --seed 32$hz"}
   mc_one() {  # one entry of the list, its report appended to log $2
     local t=$1 log=$2 np envs prog

@@ -7,7 +7,8 @@
  * on device buffers, empty contributions with NULL buffers as the first device call of a
  * communicator, MPI_BOTTOM and negative lower bounds, signatures that match with different
  * types, byte reductions that wrap, mixed host/device buffers, threads entering communicators in
- * opposite orders, nonblocking collectives crossing point-to-point, communicator churn (also with
+ * opposite orders, nonblocking collectives crossing point-to-point, coalesced and explicit groups
+ * of every collective kind (MAX and MIN reductions together among them), communicator churn (also with
  * device collectives on every new communicator, one left in flight across MPI_Comm_free, from two
  * threads at once), progress
  * of host messages while a device collective waits, a device reset (cudaDeviceReset) before
@@ -2092,6 +2093,172 @@ static void sc_fuzz(int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* 20b. group_mix: random nonblocking collectives of every kind in coalesced and explicit groups */
+
+/* Rounds of 24 nonblocking collectives drawn from one seed (the same on every rank): allreduce,
+ * reduce, bcast, allgather, alltoall, reduce_scatter_block, gather, scatter; int, double and
+ * unsigned char; sum, max and min (no byte sums: they wrap); random roots and counts. Odd rounds
+ * inside ncclmpi_group_begin/end, even ones back to back (coalesced). Every receive buffer is
+ * poisoned and checked byte for byte, the bytes MPI must not write included (a non-root's receive
+ * buffer of a reduce or gather). What a launched group's sharing of NCCL calls, the MAX/MIN
+ * ordering and the agreed groups may get wrong shows here. */
+enum { GM_ALLREDUCE, GM_REDUCE, GM_BCAST, GM_ALLGATHER, GM_ALLTOALL, GM_RSB, GM_GATHER, GM_SCATTER, GM_NKIND };
+static const char *const gm_name[] = {"Iallreduce", "Ireduce", "Ibcast", "Iallgather", "Ialltoall",
+                                      "Ireduce_scatter_block", "Igather", "Iscatter"};
+static const char *const gm_tname[] = {"int", "double", "unsigned char"};
+static const char *const gm_oname[] = {"sum", "max", "min"};
+
+static size_t gm_es(int t) { return t == 0 ? sizeof(int) : t == 1 ? sizeof(double) : 1; }
+static MPI_Datatype gm_type(int t) { return t == 0 ? MPI_INT : t == 1 ? MPI_DOUBLE : MPI_UNSIGNED_CHAR; }
+static MPI_Op gm_op(int o) { return o == 0 ? MPI_SUM : o == 1 ? MPI_MAX : MPI_MIN; }
+/* element j of operation k's data on rank q: small integers, exact in every type and sum */
+static double gm_val(int k, long j, int q) { return (double)((7 * k + 3 * j + 11 * q) % 53 + 1); }
+static void gm_put(int t, void *p, long i, double v)
+{
+    if (t == 0) ((int *)p)[i] = (int)v;
+    else if (t == 1) ((double *)p)[i] = v / 2;
+    else ((unsigned char *)p)[i] = (unsigned char)v;
+}
+static double gm_red(int o, int k, long j)
+{
+    double a = gm_val(k, j, 0);
+    for (int q = 1; q < size; q++) {
+        const double v = gm_val(k, j, q);
+        a = o == 0 ? a + v : o == 1 ? (v > a ? v : a) : (v < a ? v : a);
+    }
+    return a;
+}
+
+typedef struct {
+    int kind, t, o, root;
+    long n;         /* elements per block */
+    gbuf_t s, r;    /* s unused by bcast (in place in r) */
+    int has_s;
+    void *want;     /* r's bytes after the call */
+} gm_t;
+
+static void gm_setup(gm_t *g, int k, unsigned long long *st)
+{
+    g->kind = (int)(splitmix64(st) % GM_NKIND);
+    g->t = (int)(splitmix64(st) % 3);
+    g->o = (int)(splitmix64(st) % 3);
+    if (g->t == 2 && g->o == 0) g->o = 1;
+    g->root = (int)(splitmix64(st) % (unsigned)size);
+    g->n = 1 + (long)(splitmix64(st) % 3000);
+    const size_t es = gm_es(g->t);
+    const long n = g->n, P = size;
+    long sn = n, rn = n; /* elements of the send and receive buffers */
+    switch (g->kind) {
+    case GM_ALLGATHER: rn = n * P; break;
+    case GM_ALLTOALL: sn = rn = n * P; break;
+    case GM_RSB: sn = n * P; break;
+    case GM_GATHER: rn = n * P; break;
+    case GM_SCATTER: sn = n * P; break;
+    default: break;
+    }
+    unsigned char *h = malloc(sn * es);
+    g->want = poisoned(rn * es);
+    const int at_root = rank == g->root;
+    for (long i = 0; i < sn; i++) gm_put(g->t, h, i, gm_val(k, i, rank));
+    switch (g->kind) {
+    case GM_ALLREDUCE:
+        for (long j = 0; j < n; j++) gm_put(g->t, g->want, j, gm_red(g->o, k, j));
+        break;
+    case GM_REDUCE:
+        if (at_root)
+            for (long j = 0; j < n; j++) gm_put(g->t, g->want, j, gm_red(g->o, k, j));
+        break;
+    case GM_BCAST:
+        for (long j = 0; j < n; j++) gm_put(g->t, g->want, j, gm_val(k, j, g->root));
+        break;
+    case GM_ALLGATHER:
+        for (long q = 0; q < P; q++)
+            for (long j = 0; j < n; j++) gm_put(g->t, g->want, q * n + j, gm_val(k, j, (int)q));
+        break;
+    case GM_ALLTOALL: /* block q of rank q's send buffer: its elements q*n + j */
+        for (long q = 0; q < P; q++)
+            for (long j = 0; j < n; j++) gm_put(g->t, g->want, q * n + j, gm_val(k, rank * n + j, (int)q));
+        break;
+    case GM_RSB:
+        for (long j = 0; j < n; j++) gm_put(g->t, g->want, j, gm_red(g->o, k, rank * n + j));
+        break;
+    case GM_GATHER:
+        if (at_root)
+            for (long q = 0; q < P; q++)
+                for (long j = 0; j < n; j++) gm_put(g->t, g->want, q * n + j, gm_val(k, j, (int)q));
+        break;
+    case GM_SCATTER:
+        for (long j = 0; j < n; j++) gm_put(g->t, g->want, j, gm_val(k, rank * n + j, g->root));
+        break;
+    }
+    g->has_s = g->kind != GM_BCAST;
+    if (g->has_s) g->s = gb_dev_from(h, sn * es);
+    if (g->kind == GM_BCAST) {
+        g->r = gb_dev_from(h, n * es); /* in place: the root's data, the others' to be replaced */
+    } else {
+        g->r = gb_dev(rn * es);
+    }
+    free(h);
+}
+
+static int gm_start(gm_t *g, MPI_Comm c, MPI_Request *q)
+{
+    const MPI_Datatype dt = gm_type(g->t);
+    const int n = (int)g->n;
+    switch (g->kind) {
+    case GM_ALLREDUCE: return MPI_Iallreduce(g->s.p, g->r.p, n, dt, gm_op(g->o), c, q);
+    case GM_REDUCE: return MPI_Ireduce(g->s.p, g->r.p, n, dt, gm_op(g->o), g->root, c, q);
+    case GM_BCAST: return MPI_Ibcast(g->r.p, n, dt, g->root, c, q);
+    case GM_ALLGATHER: return MPI_Iallgather(g->s.p, n, dt, g->r.p, n, dt, c, q);
+    case GM_ALLTOALL: return MPI_Ialltoall(g->s.p, n, dt, g->r.p, n, dt, c, q);
+    case GM_RSB: return MPI_Ireduce_scatter_block(g->s.p, g->r.p, n, dt, gm_op(g->o), c, q);
+    case GM_GATHER: return MPI_Igather(g->s.p, n, dt, g->r.p, n, dt, g->root, c, q);
+    default: return MPI_Iscatter(g->s.p, n, dt, g->r.p, n, dt, g->root, c, q);
+    }
+}
+
+static void sc_group_mix(int argc, char **argv)
+{
+    int (*gbegin)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
+    int (*gend)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_end");
+    unsigned long long st = argc > 0 ? strtoull(argv[0], NULL, 10) : 7ull;
+    enum { K = 24, ROUNDS = 8 };
+    MPI_Comm c = fresh_dup();
+    dev_allreduce_check(c, 100, 2, "the first, blocking Allreduce (the NCCL communicator is made there)");
+    gm_t g[K];
+    MPI_Request q[K];
+    for (int round = 0; round < ROUNDS; round++) {
+        const int group = round % 2 && gbegin && gend;
+        for (int k = 0; k < K; k++) gm_setup(&g[k], round * K + k, &st);
+        STEP();
+        int rc;
+        if (group) CHECK((rc = gbegin()) == 0, "ncclmpi_group_begin returned %d", rc);
+        for (int k = 0; k < K; k++) {
+            rc = gm_start(&g[k], c, &q[k]);
+            CHECK(rc == MPI_SUCCESS, "round %d op %d: MPI_%s returned %d", round, k, gm_name[g[k].kind], rc);
+        }
+        if (group) CHECK((rc = gend()) == 0, "ncclmpi_group_end returned %d", rc);
+        rc = MPI_Waitall(K, q, MPI_STATUSES_IGNORE);
+        CHECK(rc == MPI_SUCCESS, "round %d: Waitall returned %d", round, rc);
+        STEP();
+        for (int k = 0; k < K; k++) {
+            char what[160];
+            snprintf(what, sizeof(what), "round %d (%s) op %d: MPI_%s %s%s%s x %ld, root %d", round,
+                     group ? "explicit group" : "back to back", k, gm_name[g[k].kind], gm_tname[g[k].t],
+                     g[k].kind == GM_ALLREDUCE || g[k].kind == GM_REDUCE || g[k].kind == GM_RSB ? " " : "",
+                     g[k].kind == GM_ALLREDUCE || g[k].kind == GM_REDUCE || g[k].kind == GM_RSB ? gm_oname[g[k].o] : "",
+                     g[k].n, g[k].root);
+            gb_expect(&g[k].r, g[k].want, gm_es(g[k].t), what);
+            if (g[k].has_s) gb_free(&g[k].s);
+            gb_free(&g[k].r);
+            free(g[k].want);
+        }
+    }
+    STEP();
+    MPI_Comm_free(&c);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* 22. envelope_order: nonblocking device sends whose envelopes wait for the next flush      */
 /* (NCCLMPI_P2P_ENVELOPE=device queues them), met by calls in crossing orders                  */
 
@@ -2727,6 +2894,7 @@ static const scenario_t scenarios[] = {
     {"fault_nb", sc_fault_nb, NULL, 1, 1, 0, 1, 0, 1},
     {"kill", sc_kill, NULL, 2, 1, 0, 1, 0, 1},
     {"fuzz", NULL, sc_fuzz, 1, 0, 0, 0, 0, 0},
+    {"group_mix", NULL, sc_group_mix, 1, 0, 0, 0, 0, 0},
     {"envelope_order", sc_envelope_order, NULL, 2, 0, 0, 0, 0, 0},
     {"connect_crossing", sc_connect_crossing, NULL, 2, 0, 0, 0, 0, 0},
     {"cyclic_comms", sc_cyclic_comms, NULL, 3, 0, 0, 0, 0, 0},

@@ -14,7 +14,7 @@ if(EXISTS "${STUB_DRIVER}")
   endforeach()
   # hazard scenarios at np3: with the stub driver (stubdriver), and with large host messages as
   # point-to-point envelopes (envelope: the deadlock-prone ones)
-  set(nm_hz_stubdriver threads coalesce_triggers explicit_group field_range first_nb_crossing empty_gatherv_first envelope_order)
+  set(nm_hz_stubdriver threads coalesce_triggers explicit_group field_range group_mix first_nb_crossing empty_gatherv_first envelope_order)
   set(nm_hz_envelope progress first_nb_crossing comm_free_outstanding threads fuzz envelope_order coalesce_triggers)
   set(nm_hz_env_stubdriver "NM_TEST_PRELOAD=${STUB_DRIVER}")
   set(nm_hz_env_envelope "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=256")
