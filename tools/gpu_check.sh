@@ -26,7 +26,7 @@
 #           own choice of algorithm (NCCL_ALGO if set). First raw NCCL alone
 #           (test/gpu/nccl_group_check) at 2-4 ranks: max and min allreduces in one group, which
 #           NCCL 2.19-2.28 get wrong at 3+ ranks on a tree (ncclmpi never groups them: route.h),
-#           the same one by one, and every op mixed but max with min
+#           the same one by one, and sum with max in one group
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
 # NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits);
