@@ -1765,13 +1765,34 @@ static void sc_explicit_group(void)
 /* ---------------------------------------------------------------------------------------- */
 /* 17b. field_range: the range of many fields, each field's MIN and MAX issued back to back     */
 
+/* The data of the group scenarios (field_range, group_mix): type t 0 int, 1 double, 2 unsigned
+ * char; op o 0 sum, 1 max, 2 min. */
+static size_t gm_es(int t) { return t == 0 ? sizeof(int) : t == 1 ? sizeof(double) : 1; }
+static MPI_Datatype gm_type(int t) { return t == 0 ? MPI_INT : t == 1 ? MPI_DOUBLE : MPI_UNSIGNED_CHAR; }
+static MPI_Op gm_op(int o) { return o == 0 ? MPI_SUM : o == 1 ? MPI_MAX : MPI_MIN; }
+/* element j of operation k's data on rank q: small integers, exact in every type and sum */
+static double gm_val(int k, long j, int q) { return (double)((7 * k + 3 * j + 11 * q) % 53 + 1); }
+static void gm_put(int t, void *p, long i, double v)
+{
+    if (t == 0) ((int *)p)[i] = (int)v;
+    else if (t == 1) ((double *)p)[i] = v / 2;
+    else ((unsigned char *)p)[i] = (unsigned char)v;
+}
+static double gm_red(int o, int k, long j)
+{
+    double a = gm_val(k, j, 0);
+    for (int q = 1; q < size; q++) {
+        const double v = gm_val(k, j, q);
+        a = o == 0 ? a + v : o == 1 ? (v > a ? v : a) : (v < a ? v : a);
+    }
+    return a;
+}
+
 /* 32 fields (int and double alternating, 4096-19968 elements), each field's MPI_Iallreduce(MIN)
  * and MPI_Iallreduce(MAX) back to back, then one Waitall: 64 operations that coalesce (and, in
  * the explicit-group rounds, one explicit group), MAX and MIN reductions of one type together.
  * NCCL 2.19-2.28 give wrong results for such an NCCL group on 3 ranks or more (design.md, "A MAX
  * and a MIN reduction"), so this fails wherever ncclmpi hands NCCL both in one group. */
-static double range_val(int f, int j, int q) { return (double)((7 * f + 3 * j + 11 * q) % 53 + 1); }
-
 static void sc_field_range(void)
 {
     int (*gbegin)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ncclmpi_group_begin");
@@ -1786,26 +1807,14 @@ static void sc_field_range(void)
     int n[F];
     for (int f = 0; f < F; f++) {
         n[f] = 4096 + 512 * f;
-        const size_t es = f % 2 ? sizeof(double) : sizeof(int);
+        const size_t es = gm_es(f % 2);
         unsigned char *h = malloc(n[f] * es);
         wlo[f] = malloc(n[f] * es);
         whi[f] = malloc(n[f] * es);
         for (int j = 0; j < n[f]; j++) {
-            double mn = range_val(f, j, 0), mx = mn;
-            for (int q = 1; q < size; q++) {
-                const double v = range_val(f, j, q);
-                mn = v < mn ? v : mn;
-                mx = v > mx ? v : mx;
-            }
-            if (f % 2) {
-                ((double *)h)[j] = range_val(f, j, rank) / 4;  /* exact in binary */
-                ((double *)wlo[f])[j] = mn / 4;
-                ((double *)whi[f])[j] = mx / 4;
-            } else {
-                ((int *)h)[j] = (int)range_val(f, j, rank);
-                ((int *)wlo[f])[j] = (int)mn;
-                ((int *)whi[f])[j] = (int)mx;
-            }
+            gm_put(f % 2, h, j, gm_val(f, j, rank));
+            gm_put(f % 2, wlo[f], j, gm_red(2, f, j));
+            gm_put(f % 2, whi[f], j, gm_red(1, f, j));
         }
         src[f] = gb_dev_from(h, n[f] * es);
         lo[f] = gb_dev(n[f] * es);
@@ -1824,7 +1833,7 @@ static void sc_field_range(void)
         int rc;
         if (group) CHECK((rc = gbegin()) == 0, "ncclmpi_group_begin returned %d", rc);
         for (int f = 0; f < F; f++) {
-            MPI_Datatype t = f % 2 ? MPI_DOUBLE : MPI_INT;
+            const MPI_Datatype t = gm_type(f % 2);
             rc = MPI_Iallreduce(src[f].p, lo[f].p, n[f], t, MPI_MIN, c, &q[2 * f]);
             CHECK(rc == MPI_SUCCESS, "round %d: Iallreduce(MIN) of field %d returned %d", round, f, rc);
             rc = MPI_Iallreduce(src[f].p, hi[f].p, n[f], t, MPI_MAX, c, &q[2 * f + 1]);
@@ -1836,7 +1845,7 @@ static void sc_field_range(void)
         STEP();
         for (int f = 0; f < F; f++) {
             char what[96];
-            const size_t es = f % 2 ? sizeof(double) : sizeof(int);
+            const size_t es = gm_es(f % 2);
             snprintf(what, sizeof(what), "round %d (%s): field %d's MIN", round, how, f);
             gb_expect(&lo[f], wlo[f], es, what);
             snprintf(what, sizeof(what), "round %d (%s): field %d's MAX", round, how, f);
@@ -2107,27 +2116,6 @@ static const char *const gm_name[] = {"Iallreduce", "Ireduce", "Ibcast", "Iallga
                                       "Ireduce_scatter_block", "Igather", "Iscatter"};
 static const char *const gm_tname[] = {"int", "double", "unsigned char"};
 static const char *const gm_oname[] = {"sum", "max", "min"};
-
-static size_t gm_es(int t) { return t == 0 ? sizeof(int) : t == 1 ? sizeof(double) : 1; }
-static MPI_Datatype gm_type(int t) { return t == 0 ? MPI_INT : t == 1 ? MPI_DOUBLE : MPI_UNSIGNED_CHAR; }
-static MPI_Op gm_op(int o) { return o == 0 ? MPI_SUM : o == 1 ? MPI_MAX : MPI_MIN; }
-/* element j of operation k's data on rank q: small integers, exact in every type and sum */
-static double gm_val(int k, long j, int q) { return (double)((7 * k + 3 * j + 11 * q) % 53 + 1); }
-static void gm_put(int t, void *p, long i, double v)
-{
-    if (t == 0) ((int *)p)[i] = (int)v;
-    else if (t == 1) ((double *)p)[i] = v / 2;
-    else ((unsigned char *)p)[i] = (unsigned char)v;
-}
-static double gm_red(int o, int k, long j)
-{
-    double a = gm_val(k, j, 0);
-    for (int q = 1; q < size; q++) {
-        const double v = gm_val(k, j, q);
-        a = o == 0 ? a + v : o == 1 ? (v > a ? v : a) : (v < a ? v : a);
-    }
-    return a;
-}
 
 typedef struct {
     int kind, t, o, root;
