@@ -27,6 +27,14 @@
 #           (test/gpu/nccl_group_check) at 2-4 ranks: max and min allreduces in one group, which
 #           NCCL 2.19-2.28 get wrong at 3+ ranks on a tree (ncclmpi never groups them: route.h),
 #           the same one by one, and sum with max in one group
+#   mpi4py  mpi4py's own test suite (`test/main.py --cupy`) under the preloaded library, in the
+#           one-GPU NCCL arrangement (an NCCL_HOSTID per rank, MPS) and with ranks sharing the GPU,
+#           at 1-3 ranks; its tests are not ours: NM_MPI4PY_TESTS names the folder holding
+#           mpi4py's test/ (default .scratch/mpi4py/test, from the mpi4py sdist of the version the
+#           machine's Python has; tools/mpi4py_tests.sh fetches it). NM_MPI4PY_NP (default
+#           "1 2 3"), NM_MPI4PY_MODES ("virtual shared"), NM_MPI4PY_ARGS (more main.py arguments,
+#           e.g. "-i test_cco_buf"), NM_MPI4PY_LIMIT (seconds a run, default 400); a run without
+#           the library (NM_MPI4PY_PLAIN=1) tells which failures are the suite's own
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
 # NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits);
@@ -112,6 +120,35 @@ virtual)
   done
   ctest_run gpu "${NM_CTEST_LIMIT:-480}"
   [ -n "$mps" ] && echo quit | nvidia-cuda-mps-control
+  exit 0 ;;
+mpi4py)
+  tdir=${NM_MPI4PY_TESTS:-$repo/.scratch/mpi4py/test} bdir=$PWD
+  [ -f "$tdir/main.py" ] || { echo "== mpi4py: no suite in $tdir (tools/mpi4py_tests.sh)"; exit 1; }
+  py=$(command -v python3)
+  for m in ${NM_MPI4PY_MODES:-virtual shared}; do
+    mps=""
+    if [ "$m" = virtual ]; then
+      export NM_TEST_HOSTID_PER_RANK=1 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_NET=${NCCL_NET:-Socket}
+      if command -v nvidia-cuda-mps-control >/dev/null; then
+        export CUDA_MPS_PIPE_DIRECTORY=/tmp/nm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/nm-mps-log
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        nvidia-cuda-mps-control -d && mps=1
+      fi
+    else
+      unset NM_TEST_HOSTID_PER_RANK
+    fi
+    for np in ${NM_MPI4PY_NP:-1 2 3}; do
+      for how in preload ${NM_MPI4PY_PLAIN:+plain}; do
+        log="$OUT/mpi4py_${m}_np${np}_$how.log"
+        ( cd "$tdir" && PYTHONUNBUFFERED=1 NCCLMPI_TIMEOUT=${NCCLMPI_TIMEOUT:-60} timeout -k 10 "${NM_MPI4PY_LIMIT:-400}" \
+            "$bdir/test/run_mpi.sh" "$np" "$how" "$py" main.py --cupy ${NM_MPI4PY_ARGS:-} ) > "$log" 2>&1
+        rc=$?
+        echo "== mpi4py $m np=$np $how: exit $rc$([ $rc = 124 ] && echo ' (timed out)'); $(grep -E '^(Ran|OK|FAILED)' "$log" | sort | uniq -c | tr '\n' ' ')"
+        grep -hE '^(ERROR|FAIL):' "$log" | sort | uniq -c | sort -rn | head -${NM_MPI4PY_SHOW:-25}
+      done
+    done
+    [ -n "$mps" ] && echo quit | nvidia-cuda-mps-control
+  done
   exit 0 ;;
 full) ctest_run "unit|mpi|gpu" "${NM_CTEST_LIMIT:-520}" ;;
 quick) ctest_run gpu "${NM_CTEST_LIMIT:-400}" ;;

@@ -1207,6 +1207,93 @@ static void sc_threads(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* 11b. thread_comms: T threads (default 4) under MPI_THREAD_MULTIPLE, each with its own
+ * duplicate of MPI_COMM_WORLD made before the threads start and its own non-blocking stream for
+ * its fills; each does R rounds (default 60) of a device MPI_Allreduce(SUM, float) and an
+ * MPI_Bcast, 1 to 2^18 floats (a real client's pattern: a thread per model shard). Values are
+ * small integers, so float sums are exact and every element is checked.                     */
+
+typedef struct {
+    MPI_Comm comm;
+    int tid, rounds;
+} tc_arg_t;
+
+static void tc_fill(gbuf_t *g, const void *src, void *stream)
+{
+    if (host_mode || !stream) {
+        gb_put(g, src);
+        return;
+    }
+    CUDACHECK(cudaMemcpyAsync(g->p, src, g->n, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    CUDACHECK(cudaStreamSynchronize((cudaStream_t)stream)); /* the data is ready at the MPI call */
+}
+
+static void *tc_main(void *vp)
+{
+    tc_arg_t *a = vp;
+    cudaStream_t st = NULL;
+    if (!host_mode) {
+        CUDACHECK(cudaSetDevice(g_dev));
+        CUDACHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    }
+    const int nmax = 1 << 18;
+    float *h = malloc(nmax * sizeof(float)), *want = malloc(nmax * sizeof(float));
+    for (int r = 0; r < a->rounds && !failures; r++) {
+        const int n = 1 << (r % 19), root = (r + a->tid) % size;
+        gbuf_t s = gb_dev(n * sizeof(float)), d = gb_dev(n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            h[i] = (float)((rank + 1) * ((i + a->tid + r) % 13 + 1));
+            want[i] = (float)(size * (size + 1) / 2 * ((i + a->tid + r) % 13 + 1));
+        }
+        tc_fill(&s, h, st);
+        gb_poison(&d);
+        char what[128];
+        STEP();
+        int rc = MPI_Allreduce(s.p, d.p, n, MPI_FLOAT, MPI_SUM, a->comm);
+        snprintf(what, sizeof(what), "thread %d round %d: Allreduce of %d floats", a->tid, r, n);
+        CHECK(rc == MPI_SUCCESS, "%s returned %d", what, rc);
+        gb_expect(&d, want, 4, what);
+        for (int i = 0; i < n; i++) h[i] = (float)(root * 1000 + (i * 7 + a->tid + r) % 1000);
+        if (rank == root) tc_fill(&d, h, st);
+        else gb_poison(&d);
+        STEP();
+        rc = MPI_Bcast(d.p, n, MPI_FLOAT, root, a->comm);
+        snprintf(what, sizeof(what), "thread %d round %d: Bcast of %d floats from %d", a->tid, r, n, root);
+        CHECK(rc == MPI_SUCCESS, "%s returned %d", what, rc);
+        gb_expect(&d, h, 4, what);
+        gb_free_all(&s, &d, NULL);
+    }
+    if (st) CUDACHECK(cudaStreamDestroy(st));
+    free(h);
+    free(want);
+    return NULL;
+}
+
+static void sc_thread_comms(int argc, char **argv)
+{
+    const int nt = argc > 0 ? atoi(argv[0]) : 4, rounds = argc > 1 ? atoi(argv[1]) : 60;
+    if (nt < 1 || nt > 64 || rounds < 1) {
+        fprintf(stderr, "gpu_hazard thread_comms: usage: thread_comms [threads 1..64] [rounds]\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    tc_arg_t *a = calloc(nt, sizeof(*a));
+    pthread_t *t = calloc(nt, sizeof(*t));
+    for (int i = 0; i < nt; i++) a[i] = (tc_arg_t){fresh_dup(), i, rounds};
+    for (int i = 0; i < nt; i++)
+        if (pthread_create(&t[i], NULL, tc_main, &a[i])) {
+            fprintf(stderr, "gpu_hazard thread_comms: pthread_create failed\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    for (int i = 0; i < nt; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < nt; i++) {
+        STEP();
+        MPI_Comm_free(&a[i].comm);
+    }
+    free(a);
+    free(t);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* 12. first_nb_crossing: a communicator's first (nonblocking) device call crossing p2p    */
 
 static void sc_first_nb_crossing(void)
@@ -2869,6 +2956,7 @@ static const scenario_t scenarios[] = {
     {"uint8_sum", sc_uint8_sum, NULL, 1, 0, 0, 0, 1, 0},
     {"agree_mixed", sc_agree_mixed, NULL, 1, 0, 0, 0, 1, 0},
     {"threads", sc_threads, NULL, 1, 0, 1, 0, 0, 0},
+    {"thread_comms", NULL, sc_thread_comms, 1, 0, 1, 0, 0, 0},
     {"first_nb_crossing", sc_first_nb_crossing, NULL, 2, 0, 0, 0, 0, 0},
     {"comm_free_outstanding", sc_comm_free_outstanding, NULL, 2, 0, 0, 0, 0, 0},
     {"dup_churn", sc_dup_churn, NULL, 1, 0, 0, 0, 0, 0},
