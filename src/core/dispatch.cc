@@ -581,10 +581,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             return ENTER_DONE;
         }
         note_staged(o, d.why);
-        if (stage_pipeline_applies(x)) {
+        nm_pipe_t pipe;
+        if (stage_pipeline_applies(x, &pipe)) {
             WaitWatch w(nm_fn_names[o->fn], stage_wait_reason);
-            nm_status_t st = stage_pipelined(x, c.device, rc);
-            if (st != NM_OK) *rc = raise_error(o, st, "pipelined staging failed");
+            std::string why;
+            nm_status_t st = stage_pipelined(x, pipe, c.device, rc, &why);
+            if (st != NM_OK) *rc = raise_error(o, st, why);
             return ENTER_DONE;
         }
         Stage *s = nullptr;

@@ -202,6 +202,82 @@ int nm_fuse_possible(int comm_size, int mode);
  * communicator whose ranks loaded different versions). */
 int nm_minmax_hazard(int nccl_version, int comm_size);
 
+/* ---- the staged route's own paths (src/route/stage.c) ----
+ * Which way a staged call goes once nm_route() gave it NCCLMPI_ROUTE_STAGED: pipelined in chunks
+ * through pinned host memory, on the GPU the ranks share, or (a nonblocking send with envelopes)
+ * queued for the next flush. Each reads only facts every rank of the call shares (the pipeline
+ * and the shared GPU make collective calls that every rank must make alike), or, for the send,
+ * the sender's own settings. */
+
+/* The pipelined staged collective (Allreduce, Reduce, Scan, Bcast larger than 2 chunks): its chunk
+ * calls of the real MPI, the same on every rank. A reduction is chunked in whole elements of the
+ * caller's datatype (an op, predefined or the user's, always gets the datatype and whole elements
+ * it was given; MPI has every rank pass the same datatype to a reduction), so its datatype must
+ * be dense (contig: count elements are count x size bytes in order); Bcast moves bytes (its ranks
+ * may pass different datatypes of one signature). Never on intercommunicators (the real MPI's
+ * MPI_IN_PLACE and MPI_ROOT rules differ there: the call is staged whole), nonblocking calls or
+ * with NCCLMPI_AGREE. */
+typedef struct {
+    int kind;                 /* NM_OPK_* */
+    unsigned flags;           /* NM_OPF_* */
+    int agree;                /* NCCLMPI_AGREE */
+    int inter;                /* an intercommunicator */
+    int type_known;           /* the datatype's facts below are known */
+    int contig;               /* the datatype is dense (DtypeInfo::contig) */
+    unsigned long long esize; /* bytes of data in one element of it */
+    long long count;          /* elements of it (the count every rank passes) */
+    unsigned long long chunk; /* NCCLMPI_STAGE_CHUNK */
+} nm_pipe_in_t;
+typedef struct {
+    int applies;
+    int bytes;                /* chunked in MPI_BYTE (Bcast), else in elements of the datatype */
+    unsigned long long unit;  /* bytes of one chunk element (1, or esize) */
+    unsigned long long units; /* chunk elements in the whole message */
+    unsigned long long per;   /* chunk elements in each chunk but the last (fits an int) */
+    unsigned long long nchunks;
+} nm_pipe_t;
+nm_pipe_t nm_stage_pipeline(const nm_pipe_in_t *in);
+
+/* A large staged collective on the GPU that the communicator's ranks share (CUDA IPC window):
+ * where the window exists (agreed at its making), for blocking calls without NCCLMPI_AGREE or
+ * NCCLMPI_FORCE_STAGED, whose shape the window can run (shape_ok: kind, op and type it reduces,
+ * a whole element per step) and whose message reaches the window's threshold. */
+typedef struct {
+    int window;               /* the communicator has a shared window */
+    int inter;
+    unsigned flags;           /* NM_OPF_* */
+    int agree, force_staged;
+    int shape_ok;
+    unsigned long long total; /* the message's bytes (the shape's) */
+    unsigned long long min_bytes;
+} nm_shared_in_t;
+int nm_shared_applies(const nm_shared_in_t *in);
+
+/* A nonblocking staged send with envelopes on (NCCLMPI_P2P_ENVELOPE): queued until the next flush
+ * rather than sent now. Only where the engine may hold work (not MPI_THREAD_MULTIPLE), and for
+ * the plain, synchronous and ready sends (a buffered send's buffer accounting is the user's). */
+typedef struct {
+    int env_active;           /* envelopes are on in this job */
+    int may_hold;             /* engine_may_hold() */
+    int kind;                 /* NM_OPK_* */
+    unsigned flags;           /* NM_OPF_* */
+    int send_mode;            /* MPI_Send/Ssend/Rsend or their I-forms */
+} nm_defer_in_t;
+int nm_env_send_defers(const nm_defer_in_t *in);
+
+/* ---- sizes in the real MPI's int arguments ----
+ * 1 when n bytes (or elements) fit an int argument of the real MPI, with *out set; else 0 (the
+ * caller reports MPI_ERR_COUNT, or MPI_ERR_TRUNCATE for a receive that cannot hold it). */
+int nm_int_fits(unsigned long long n, int *out);
+/* The fewest whole elements of esize bytes (at most count) that hold `need` bytes: what to pack
+ * of a receive buffer to read an envelope's first bytes (a prefix, never the whole buffer). */
+long long nm_prefix_elems(long long count, unsigned long long esize, unsigned long long need);
+/* Elements of esize bytes per piece of at most max_bytes (at least 1, at most INT_MAX): how a
+ * transfer above an int's reach is cut into calls of the real MPI. */
+int nm_piece_elems(unsigned long long esize, unsigned long long max_bytes);
+/* NCCLMPI_STAGE_CHUNK's largest value: a chunk's bytes and elements fit an int (1 GiB). */
+enum { NM_STAGE_CHUNK_MAX = 1 << 30 };
+
 /* ---- datatype and op maps (designated tables, NM_UNSUPPORTED when NCCL lacks it) ---- */
 /* NCCL type used when this predefined datatype is *reduced*; NM_UNSUPPORTED otherwise. */
 int nm_map_dtype(MPI_Datatype dt);

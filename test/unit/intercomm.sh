@@ -1,7 +1,8 @@
 #!/bin/sh
 # intercomm.sh BUILDDIR: collectives on intercommunicators with device buffers of the stand-in CUDA
 # driver (test/unit/intercomm_prog.c: the remote group's blocks, MPI_ROOT and MPI_PROC_NULL roots,
-# groups of different sizes, the merged intracommunicator), each compared with the real MPI's call
+# groups of different sizes, the merged intracommunicator; Allreduce, Reduce with a NULL sendbuf at
+# MPI_ROOT and Bcast of 16 MiB, above the staged pipeline's threshold), each compared with the real MPI's call
 # on host copies, at 2 to 4 ranks, and with NCCLMPI_AGREE=1 (every blocking collective votes).
 b=$1
 d="$b/intercomm_test"

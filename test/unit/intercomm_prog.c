@@ -10,7 +10,10 @@
  * the two groups differ in size; also the two halves of an MPI_Comm_split by parity, and the
  * intracommunicator MPI_Intercomm_merge makes, used once more with device buffers. Open MPI 4.1's
  * MPI_Reduce_scatter(_block) on intercommunicators fails its own calls (MPI_ERR_TRUNCATE on host
- * buffers) and is left out. */
+ * buffers) and is left out.
+ * Then the same three calls over 16 MiB (above two staged chunks of NCCLMPI_STAGE_CHUNK, where the
+ * staged route would pipeline on an intracommunicator): MPI_Allreduce, MPI_Reduce whose MPI_ROOT
+ * passes NULL as its send buffer (legal: it sends nothing) and MPI_Bcast, checked whole. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +24,10 @@
 
 enum { N = 5, CAP = 4 * N * 8 + 64, NBUF = 2 };
 
+enum { BIGN = (16 << 20) / 4 + 4096 }; /* ints: just over 16 MiB */
+
 static int wrank, wsize, failures;
+static CUdeviceptr bigbuf[2];
 static int lrank, rsize, root_group; /* root_group: this rank's group holds the root */
 static MPI_Comm ic;
 static CUdeviceptr dbuf[NBUF];
@@ -31,22 +37,28 @@ typedef int (*call_fn)(int real, int *s, int *r);
 
 static int root_arg(void) { return root_group ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0; }
 
-static void check(const char *what, call_fn f)
+/* f on n ints of device buffers (bufs) and of host copies, compared; the values repeat every
+ * 100000 elements (i % 100000: small enough for sums of any group) */
+static void check_in(const char *what, call_fn f, size_t n, const CUdeviceptr *bufs)
 {
-    int *hs = malloc(CAP * sizeof(int)), *hr = malloc(CAP * sizeof(int));
-    int *ds = (int *)(uintptr_t)dbuf[0], *dr = (int *)(uintptr_t)dbuf[1];
-    for (int i = 0; i < CAP; i++) hs[i] = ds[i] = 1000 * wrank + 3 * i + 1, hr[i] = dr[i] = -7 - i;
+    int *hs = malloc(n * sizeof(int)), *hr = malloc(n * sizeof(int));
+    int *ds = (int *)(uintptr_t)bufs[0], *dr = (int *)(uintptr_t)bufs[1];
+    for (size_t i = 0; i < n; i++) {
+        const int k = (int)(i % 100000);
+        hs[i] = ds[i] = 1000 * wrank + 3 * k + 1, hr[i] = dr[i] = -7 - k;
+    }
     const int want = f(1, hs, hr), got = f(0, ds, dr);
-    int i = 0;
-    while (i < CAP && hr[i] == dr[i] && hs[i] == ds[i]) i++;
-    if (want != got || i < CAP) {
-        printf("intercomm_prog: [world rank %d] FAIL %s: rc %d (real MPI %d), first differing element %d: %d (real MPI %d)\n",
-               wrank, what, got, want, i, i < CAP ? dr[i] : 0, i < CAP ? hr[i] : 0);
+    size_t i = 0;
+    while (i < n && hr[i] == dr[i] && hs[i] == ds[i]) i++;
+    if (want != got || i < n) {
+        printf("intercomm_prog: [world rank %d] FAIL %s: rc %d (real MPI %d), first differing element %zu: %d (real MPI %d)\n",
+               wrank, what, got, want, i, i < n ? dr[i] : 0, i < n ? hr[i] : 0);
         failures++;
     }
     free(hs);
     free(hr);
 }
+static void check(const char *what, call_fn f) { check_in(what, f, CAP, dbuf); }
 
 static int wait_if(int rc, MPI_Request *q) { return rc != MPI_SUCCESS ? rc : PMPI_Wait(q, MPI_STATUS_IGNORE); }
 static int wait_nm(int rc, MPI_Request *q) { return rc != MPI_SUCCESS ? rc : MPI_Wait(q, MPI_STATUS_IGNORE); }
@@ -103,6 +115,27 @@ static int c_ibcast(int real, int *s, int *r)
 static int c_igather(int real, int *s, int *r) { ICALL(real, MPI_Igather, s, N, MPI_INT, r, N, MPI_INT, root_arg(), ic); }
 static int c_ireduce(int real, int *s, int *r) { ICALL(real, MPI_Ireduce, s, r, N, MPI_INT, MPI_SUM, root_arg(), ic); }
 
+/* the large calls: whole buffers compared; Reduce's MPI_ROOT passes NULL as its send buffer */
+static int b_allreduce(int real, int *s, int *r) { return CALL(real, MPI_Allreduce, s, r, BIGN, MPI_INT, MPI_SUM, ic); }
+static int b_reduce(int real, int *s, int *r)
+{
+    const int root = root_arg();
+    return CALL(real, MPI_Reduce, root == MPI_ROOT ? NULL : s, r, BIGN, MPI_INT, MPI_SUM, root, ic);
+}
+static int b_bcast(int real, int *s, int *r)
+{
+    (void)r;
+    return CALL(real, MPI_Bcast, s, BIGN, MPI_INT, root_arg(), ic);
+}
+
+static void check_big(const char *what, call_fn f) { check_in(what, f, BIGN + 64, bigbuf); }
+
+static const struct {
+    const char *name;
+    call_fn f;
+} big_calls[] = {{"MPI_Allreduce of 16 MiB", b_allreduce}, {"MPI_Reduce of 16 MiB, NULL sendbuf at MPI_ROOT", b_reduce},
+                 {"MPI_Bcast of 16 MiB", b_bcast}};
+
 static const struct {
     const char *name;
     call_fn f;
@@ -132,6 +165,11 @@ static void run(int color, int other, const char *groups)
             snprintf(what, sizeof(what), "%s, %s, root in group %d", calls[k].name, groups, side);
             check(what, calls[k].f);
         }
+        for (size_t k = 0; k < sizeof(big_calls) / sizeof(big_calls[0]); k++) {
+            char what[160];
+            snprintf(what, sizeof(what), "%s, %s, root in group %d", big_calls[k].name, groups, side);
+            check_big(what, big_calls[k].f);
+        }
     }
     /* the merged intracommunicator, device buffers once more */
     MPI_Comm merged;
@@ -155,7 +193,9 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-    if (!stand_in_driver("intercomm_prog", NBUF, CAP * sizeof(int), dbuf)) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!stand_in_driver("intercomm_prog", NBUF, CAP * sizeof(int), dbuf) ||
+        !stand_in_driver("intercomm_prog", 2, (BIGN + 64) * sizeof(int), bigbuf))
+        MPI_Abort(MPI_COMM_WORLD, 1);
     if (wsize < 2) {
         if (wrank == 0) printf("intercomm_prog: ok (needs 2 ranks: nothing run)\n");
         MPI_Finalize();

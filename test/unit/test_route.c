@@ -346,6 +346,10 @@ static void test_config(void)
     CHECK(nm_cfg_parse_value(cmax, "1", &c) == 0 && c.COALESCE_MAX == 1);
     CHECK(nm_cfg_parse_value(chunk, "1K", &c) != 0);
     CHECK(nm_cfg_parse_value(chunk, "48K", &c) == 0 && c.STAGE_CHUNK == 48u << 10);
+    /* a chunk's bytes and elements fit an int: above 1G it is refused (the default kept) */
+    CHECK(nm_cfg_parse_value(chunk, "1G", &c) == 0 && c.STAGE_CHUNK == (size_t)NM_STAGE_CHUNK_MAX);
+    CHECK(nm_cfg_parse_value(chunk, "3G", &c) != 0 && c.STAGE_CHUNK == (size_t)NM_STAGE_CHUNK_MAX);
+    CHECK(nm_cfg_parse_value(chunk, "16777216G", &c) != 0);
     CHECK(nm_cfg_parse_value(man, "HOST", &c) == 0 && !strcmp(c.MANAGED, "host"));
     CHECK(nm_cfg_parse_value(man, "Device", &c) == 0 && !strcmp(c.MANAGED, "device"));
     CHECK(nm_cfg_parse_value(man, "gpu", &c) != 0 && !strcmp(c.MANAGED, "device"));
@@ -536,6 +540,149 @@ static void test_fuse_plan(void)
     CHECK(fb[511] == 0 && fb[512] == 1 && foff[512] == 0 && ftot[0] == 512u * 16384 && ftot[1] == 88u * 16384);
 }
 
+static nm_pipe_in_t pipe_in(int kind, long long count, unsigned long long esize)
+{
+    nm_pipe_in_t in;
+    memset(&in, 0, sizeof(in));
+    in.kind = kind;
+    in.type_known = 1;
+    in.contig = 1;
+    in.esize = esize;
+    in.count = count;
+    in.chunk = 4u << 20;
+    return in;
+}
+
+/* the staged route's paths (route.h): the pipeline's chunks, the shared GPU, the deferred send */
+static void test_stage_paths(void)
+{
+    /* 16 MiB of doubles: 4 chunks of 4 MiB, in elements of the datatype */
+    nm_pipe_in_t in = pipe_in(NM_OPK_ALLREDUCE, 2 << 20, 8);
+    nm_pipe_t p = nm_stage_pipeline(&in);
+    CHECK(p.applies && !p.bytes && p.unit == 8 && p.units == 2u << 20 && p.per == 512u << 10 && p.nchunks == 4);
+    /* two chunks or fewer: staged whole; just above: pipelined */
+    in.count = 1 << 20;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in.count = (1 << 20) + 1;
+    CHECK(nm_stage_pipeline(&in).applies && nm_stage_pipeline(&in).nchunks == 3);
+    /* (4b) never on an intercommunicator, nonblocking, persistent or with NCCLMPI_AGREE */
+    in = pipe_in(NM_OPK_ALLREDUCE, 2 << 20, 8);
+    in.inter = 1;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in = pipe_in(NM_OPK_REDUCE, 2 << 20, 8);
+    in.inter = 1;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in = pipe_in(NM_OPK_BCAST, 2 << 20, 8);
+    in.inter = 1;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in = pipe_in(NM_OPK_ALLREDUCE, 2 << 20, 8);
+    in.flags = NM_OPF_NB;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in.flags = NM_OPF_PERS;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in.flags = 0;
+    in.agree = 1;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in = pipe_in(NM_OPK_ALLGATHER, 2 << 20, 8);
+    CHECK(!nm_stage_pipeline(&in).applies);
+    in = pipe_in(NM_OPK_ALLREDUCE, 2 << 20, 8);
+    in.type_known = 0;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    /* (4c) a 24-byte element (contiguous(3, MPI_DOUBLE)): whole elements, a chunk boundary never
+     * inside one, every element in exactly one chunk */
+    in = pipe_in(NM_OPK_ALLREDUCE, 12000000 / 24, 24);
+    p = nm_stage_pipeline(&in);
+    CHECK(p.applies && p.unit == 24 && p.per == (4u << 20) / 24 && p.units == 500000);
+    CHECK(p.per * p.unit % 24 == 0 && (p.nchunks - 1) * p.per < p.units && p.nchunks * p.per >= p.units);
+    /* an element larger than a chunk: one element per chunk */
+    in = pipe_in(NM_OPK_ALLREDUCE, 3, 5u << 20);
+    p = nm_stage_pipeline(&in);
+    CHECK(p.applies && p.per == 1 && p.nchunks == 3 && p.unit == 5u << 20);
+    /* a reduction on a datatype with gaps: staged whole (its op must get whole elements of it) */
+    in = pipe_in(NM_OPK_ALLREDUCE, 2 << 20, 8);
+    in.contig = 0;
+    CHECK(!nm_stage_pipeline(&in).applies);
+    /* Bcast moves bytes: any layout (each rank packs its own), chunks of exactly the chunk size */
+    in = pipe_in(NM_OPK_BCAST, 1 << 20, 24);
+    in.contig = 0;
+    p = nm_stage_pipeline(&in);
+    CHECK(p.applies && p.bytes && p.unit == 1 && p.units == 24u << 20 && p.per == 4u << 20 && p.nchunks == 6);
+    /* (4d) above 2 GiB: 64-bit counts, every chunk's count fits an int */
+    in = pipe_in(NM_OPK_BCAST, 3LL << 30, 2);
+    in.chunk = NM_STAGE_CHUNK_MAX;
+    p = nm_stage_pipeline(&in);
+    CHECK(p.applies && p.units == 6ULL << 30 && p.per == (unsigned long long)NM_STAGE_CHUNK_MAX && p.nchunks == 6);
+    in = pipe_in(NM_OPK_ALLREDUCE, 1LL << 34, 8);
+    in.chunk = 1ULL << 35; /* (beyond the setting's bound: still an int per chunk) */
+    p = nm_stage_pipeline(&in);
+    CHECK(p.applies && p.per <= 2147483647ULL && p.nchunks * p.per >= p.units);
+    in = pipe_in(NM_OPK_ALLREDUCE, 1LL << 62, 8); /* (bytes overflow 64 bits: never) */
+    CHECK(!nm_stage_pipeline(&in).applies);
+    int n = 0;
+    CHECK(nm_int_fits(2147483647ULL, &n) && n == 2147483647);
+    CHECK(!nm_int_fits(2147483648ULL, &n) && n == 2147483647);
+    CHECK(!nm_int_fits(1ULL << 32, NULL));
+    /* an envelope's first 64 bytes out of a 3 GiB receive buffer of 24-byte elements: 3 of them */
+    CHECK(nm_prefix_elems(134217728, 24, 64) == 3);
+    CHECK(nm_prefix_elems(2, 24, 64) == 2);
+    CHECK(nm_prefix_elems(100, 8, 64) == 8);
+    CHECK(nm_prefix_elems(0, 8, 64) == 0);
+    /* an unpack of 3 GiB in pieces of at most 1 GiB of whole elements */
+    CHECK(nm_piece_elems(24, 1ULL << 30) == (int)((1ULL << 30) / 24));
+    CHECK(nm_piece_elems(3ULL << 30, 1ULL << 30) == 1);
+    CHECK(nm_piece_elems(1, 1ULL << 40) == 2147483647);
+    CHECK(nm_piece_elems(0, 16) == 16);
+
+    nm_shared_in_t sh;
+    memset(&sh, 0, sizeof(sh));
+    sh.window = 1;
+    sh.shape_ok = 1;
+    sh.total = 1 << 20;
+    sh.min_bytes = 1 << 20;
+    CHECK(nm_shared_applies(&sh));
+    sh.total--;
+    CHECK(!nm_shared_applies(&sh));
+    sh.total++;
+    sh.shape_ok = 0;
+    CHECK(!nm_shared_applies(&sh));
+    sh.shape_ok = 1;
+    sh.window = 0;
+    CHECK(!nm_shared_applies(&sh));
+    sh.window = 1;
+    sh.inter = 1;
+    CHECK(!nm_shared_applies(&sh));
+    sh.inter = 0;
+    sh.flags = NM_OPF_NB;
+    CHECK(!nm_shared_applies(&sh));
+    sh.flags = NM_OPF_PERS;
+    CHECK(!nm_shared_applies(&sh));
+    sh.flags = 0;
+    sh.agree = 1;
+    CHECK(!nm_shared_applies(&sh));
+    sh.agree = 0;
+    sh.force_staged = 1;
+    CHECK(!nm_shared_applies(&sh));
+
+    nm_defer_in_t df = {1, 1, NM_OPK_SEND, NM_OPF_NB, 1};
+    CHECK(nm_env_send_defers(&df));
+    df.may_hold = 0; /* MPI_THREAD_MULTIPLE */
+    CHECK(!nm_env_send_defers(&df));
+    df.may_hold = 1;
+    df.env_active = 0;
+    CHECK(!nm_env_send_defers(&df));
+    df.env_active = 1;
+    df.flags = 0; /* blocking */
+    CHECK(!nm_env_send_defers(&df));
+    df.flags = NM_OPF_NB | NM_OPF_PERS;
+    CHECK(!nm_env_send_defers(&df));
+    df.flags = NM_OPF_NB;
+    df.send_mode = 0; /* MPI_Ibsend */
+    CHECK(!nm_env_send_defers(&df));
+    df.send_mode = 1;
+    df.kind = NM_OPK_RECV;
+    CHECK(!nm_env_send_defers(&df));
+}
+
 int main(void)
 {
     test_route();
@@ -547,6 +694,7 @@ int main(void)
     test_p2p_limits();
     test_fuse_plan();
     test_minmax_split();
+    test_stage_paths();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <climits>
 #include <ctime>
 
 #include <algorithm>
@@ -626,8 +627,8 @@ static std::atomic<int> ndeferred{0};  // its size, read without a lock (a send 
 
 bool env_send_defers(const nm_op_t *o)
 {
-    return nm_env_active && engine_may_hold() && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND &&
-           !(o->flags & NM_OPF_PERS) && send_mode(o->fn);
+    const nm_defer_in_t in = {nm_env_active, engine_may_hold(), o->kind, o->flags, send_mode(o->fn)};
+    return nm_env_send_defers(&in) != 0;
 }
 
 // A nonblocking send into the queue (x: an envelope, its payload set aside in x.h, or a staged
@@ -944,6 +945,25 @@ int env_send(nm_op_t *o, int *rc)
     return 1;
 }
 
+// The whole elements of n packed bytes at src into count elements of type at buf: in pieces of at
+// most 1 GiB (the real MPI's insize is an int).
+static bool unpack_pieces(const char *src, size_t n, void *buf, int count, MPI_Datatype type, MPI_Comm comm)
+{
+    const DtypeInfo *di = dtype_info(type);
+    if (!di || !di->size) return true;  // (nothing to unpack)
+    const long long elems = std::min<long long>((long long)(n / di->size), count);
+    const int per = nm_piece_elems(di->size, 1u << 30);
+    for (long long done = 0; done < elems;) {
+        const int k = (int)std::min<long long>(per, elems - done);
+        int pos = 0;
+        if (PMPI_Unpack(src + (size_t)done * di->size, (int)((size_t)k * di->size), &pos,
+                        (char *)buf + (MPI_Aint)done * di->extent, k, type, comm) != MPI_SUCCESS)
+            return false;
+        done += k;
+    }
+    return true;
+}
+
 // Pulls e's payload into a receive buffer (the contiguous span of cap bytes at `span`, or through
 // buf/count/type when not contiguous), releases it, and sets *n to the bytes delivered. Returns an
 // MPI code (MPI_ERR_TRUNCATE when the payload does not fit).
@@ -957,11 +977,7 @@ static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguo
         ok = pull(span, e, *n, queued ? stream : nullptr);
     } else {
         std::vector<char> tmp(*n);
-        ok = pull(tmp.data(), e, *n);
-        int pos = 0;
-        const DtypeInfo *di = dtype_info(type);
-        const int elems = di && di->size ? (int)(*n / di->size) : 0;
-        if (ok) ok = PMPI_Unpack(tmp.data(), (int)*n, &pos, buf, std::min(elems, count), type, comm) == MPI_SUCCESS;
+        ok = pull(tmp.data(), e, *n) && unpack_pieces(tmp.data(), *n, buf, count, type, comm);
     }
     if (queued && ok) {
         later->wrank = e.wrank;
@@ -1012,10 +1028,15 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
     char wire[NM_ENV_WIRE + 3];
     if (contiguous) {
         memcpy(wire, span, NM_ENV_WIRE);
-    } else {  // the envelope landed through the datatype: pack it back out
-        std::vector<char> packed(cap);
-        int pos = 0;
-        if (PMPI_Pack(d->buf, d->count, d->type, packed.data(), (int)cap, &pos, d->comm) != MPI_SUCCESS) return MPI_SUCCESS;
+    } else {  // the envelope landed through the datatype: pack its first elements back out (a
+              // buffer of any size: never the whole of it)
+        const DtypeInfo *di = dtype_info(d->type);
+        const int k = (int)nm_prefix_elems(d->count, di ? di->size : 0, NM_ENV_WIRE);
+        int psz = 0, pos = 0;
+        if (PMPI_Pack_size(k, d->type, d->comm, &psz) != MPI_SUCCESS || psz < NM_ENV_WIRE) return MPI_SUCCESS;
+        std::vector<char> packed((size_t)psz);
+        if (PMPI_Pack(d->buf, k, d->type, packed.data(), psz, &pos, d->comm) != MPI_SUCCESS || pos < NM_ENV_WIRE)
+            return MPI_SUCCESS;
         memcpy(wire, packed.data(), NM_ENV_WIRE);
     }
     Envelope e;
@@ -1307,14 +1328,19 @@ MPI_Comm env_self_comm() { return self_comm; }
 int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_Request *inner, MPI_Status *st, int *rc)
 {
     Entry e;
+    int icap = 0;
     {
         GateShared g;  // the look and the post, with no drain between
+        if (!nm_int_fits(cap, &icap)) {  // (the caller refuses such a receive before: pers_recv_init_envelope)
+            *rc = nm_error_code(MPI_ERR_COUNT, "ncclmpi: a receive of more than 2^31-1 packed bytes");
+            return 0;
+        }
         if (!queue_find(comm, src, tag, true, &e)) {
-            *rc = PMPI_Irecv(buf, (int)cap, MPI_PACKED, src, tag, comm, inner);
+            *rc = PMPI_Irecv(buf, icap, MPI_PACKED, src, tag, comm, inner);
             return 0;
         }
     }
-    *rc = deliver(e, buf, (int)cap, MPI_PACKED, comm, st);
+    *rc = deliver(e, buf, icap, MPI_PACKED, comm, st);
     return 1;
 }
 
@@ -1428,7 +1454,9 @@ void env_comm_freed(MPI_Comm comm)
     for (Entry &e : v) {
         if (e.kind == Entry::HANDLE) {  // received into nothing kept (the real MPI's message is freed)
             std::vector<char> sink((size_t)std::max<MPI_Count>(e.count, 1));
-            PMPI_Mrecv(sink.data(), (int)e.count, MPI_BYTE, &e.msg, MPI_STATUS_IGNORE);
+            int n = 0;
+            if (!nm_int_fits((unsigned long long)std::max<MPI_Count>(e.count, 0), &n)) n = INT_MAX;  // (truncated: the message is gone all the same)
+            PMPI_Mrecv(sink.data(), n, MPI_BYTE, &e.msg, MPI_STATUS_IGNORE);
         } else if (e.kind == Entry::ENV) {
             release(e.env.wrank, e.env.id);
         }

@@ -241,10 +241,20 @@ static bool shape_of(const OpCtx &c, const SharedWin *w, Shape *s)
 bool shared_applies(const OpCtx &c)
 {
     const SharedWin *w = c.cs ? c.cs->shared : nullptr;
-    const nm_op_t *o = c.o;
-    if (!w || (o->flags & (NM_OPF_NB | NM_OPF_PERS)) || nm_cfg.AGREE || nm_cfg.FORCE_STAGED) return false;
-    Shape s;  // (only where a window exists: a staged call elsewhere builds none)
-    return shape_of(c, w, &s) && (unsigned long long)s.total >= w->min_bytes;
+    nm_shared_in_t in;
+    memset(&in, 0, sizeof(in));
+    in.window = w != nullptr;
+    in.inter = c.inter;
+    in.flags = c.o->flags;
+    in.agree = nm_cfg.AGREE;
+    in.force_staged = nm_cfg.FORCE_STAGED;
+    in.shape_ok = 1;  // (asked first without the shape: a staged call elsewhere builds none)
+    if (!nm_shared_applies(&in)) return false;
+    Shape s;
+    in.shape_ok = shape_of(c, w, &s);
+    in.total = s.total;
+    in.min_bytes = w->min_bytes;
+    return nm_shared_applies(&in) != 0;
 }
 
 // Copies on the legacy stream: device to device ones with 16-byte-aligned ends by the copy

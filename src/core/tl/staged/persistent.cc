@@ -1,6 +1,7 @@
 // ncclmpi: persistent point-to-point requests on device buffers, staged (see persistent.h).
 #include "core/tl/staged/persistent.h"
 
+#include <limits.h>
 #include <sched.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype/dtype.h"
 #include "core/engine/engine.h"
 #include "core/engine/task.h"
 #include "core/tl/p2p/envelope.h"
@@ -293,8 +295,20 @@ int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
     em->tag = o->rtag;
     em->comm = o->comm;
     em->key = key_new();
+    // the receive's bytes, forwarded to itself as MPI_PACKED (an int count, one byte more to see
+    // a longer message): above that a clear MPI_ERR_COUNT, never a wrapped count
+    const DtypeInfo *di = dtype_info(o->rtype);
+    const size_t bytes = di && o->rcount > 0 ? (size_t)o->rcount * di->size : 0;
     int packed = 0;
-    PMPI_Pack_size(o->rcount, o->rtype, o->comm, &packed);
+    if (!nm_int_fits((unsigned long long)bytes + 1, nullptr) || PMPI_Pack_size(o->rcount, o->rtype, o->comm, &packed) != MPI_SUCCESS ||
+        packed < 0 || packed == INT_MAX) {
+        delete em;
+        if (s) stage_release(s);
+        return nm_raise_error(o->fn, NM_ERR_COUNT,
+                              "a persistent receive of more than 2^31-2 bytes on a communicator that may carry envelopes "
+                              "(NCCLMPI_P2P_ENVELOPE): its emulation forwards the bytes with an int count",
+                              o->comm);
+    }
     em->cap = (size_t)packed;
     em->tmp = (char *)malloc(em->cap + 1);
     int rc = PMPI_Recv_init(target, o->rcount, o->rtype, 0, em->key, env_self_comm(), o->req);

@@ -4,9 +4,12 @@
 #define NM_CORE_STAGING_H
 #include <stddef.h>
 
+#include <string>
+
 #include "core/dtype/buffers.h"
 #include "core/cuda/cuda_api.h"
 #include "route/nm_op.h"
+#include "route/route.h"
 #include "util/status.h"
 
 namespace ncclmpi {
@@ -92,14 +95,17 @@ int real_done(nm_op_t *o, int rc);
 void stage_set_decode(Stage *s, Decode *d);
 
 struct OpCtx;
-// Large blocking elementwise collectives (allreduce, reduce, bcast, scan) on device buffers:
-// chunks of NCCLMPI_STAGE_CHUNK bytes of the type signature, cut the same way on every rank
-// whatever its own datatype (the chunk is counted in the signature's basic type); copy-in of
-// chunk k+1 and copy-out of chunk k-1 overlap the real MPI's work on chunk k. A rank whose layout
-// is not contiguous packs the whole buffer on the host first and makes the same calls.
-// *mpi_rc gets the real MPI's return code. The decision uses shared facts only.
-bool stage_pipeline_applies(const OpCtx &c);
-nm_status_t stage_pipelined(const OpCtx &c, int device, int *mpi_rc);
+// Large blocking elementwise collectives (allreduce, reduce, bcast, scan) on device buffers
+// (pipeline.cc): chunks of NCCLMPI_STAGE_CHUNK bytes, cut the same way on every rank (route.h,
+// nm_stage_pipeline: a reduction in whole elements of its datatype, which its op gets; Bcast in
+// bytes, whatever each rank's datatype); copy-in of chunk k+1 and copy-out of chunk k-1 overlap
+// the real MPI's work on chunk k. A rank whose layout is not contiguous packs the whole buffer on
+// the host first and makes the same calls. Every rank agrees (one small allreduce) that every
+// rank can take part before the first chunk, and on the outcome after the last: a failure on one
+// rank (host memory, a copy) is every rank's error, with the same class. *mpi_rc gets the real
+// MPI's return code; *why the error's reason. The decision uses shared facts only.
+bool stage_pipeline_applies(const OpCtx &c, nm_pipe_t *plan);
+nm_status_t stage_pipelined(const OpCtx &c, const nm_pipe_t &plan, int device, int *mpi_rc, std::string *why);
 
 // Pinned host memory from the pool (NUMA-local to `dev` when hwloc can tell; dev == nullptr:
 // the current context registers it).
