@@ -28,6 +28,7 @@
 
 #include "core/cuda/copyv_abi.h"
 #include "core/tl/oneshot/oneshot_abi.h"
+#include "fake_fail.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -259,7 +260,13 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, v
     }
     return CUDA_SUCCESS;
 }
+static CUresult mem_alloc(CUdeviceptr *p, size_t n);
 EXPORT CUresult cuMemAlloc(CUdeviceptr *p, size_t n)
+{
+    if (fake_fail("cuMemAlloc")) return CUDA_ERROR_OUT_OF_MEMORY;
+    return mem_alloc(p, n);
+}
+static CUresult mem_alloc(CUdeviceptr *p, size_t n)
 {
     const char *ipc = getenv("FAKE_CUDA_IPC");
     if (ipc && *ipc == '1') {  /* shared, so that another process can open it (cuIpcOpenMemHandle) */
@@ -286,19 +293,35 @@ EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevicept
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuMemFree(CUdeviceptr p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc(p, n); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
+{
+    (void)s;
+    if (fake_fail("cuMemAllocAsync")) return CUDA_ERROR_OUT_OF_MEMORY;
+    return mem_alloc(p, n);
+}
 static void free_later(void *a) { cuMemFree(*(CUdeviceptr *)a); }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
     fake_cuda_enqueue(s, free_later, &p, sizeof(p));
     return CUDA_SUCCESS;
 }
+static CUresult host_alloc(void **p, size_t n);
 EXPORT CUresult cuMemAllocHost(void **p, size_t n)
+{
+    if (fake_fail("cuMemAllocHost")) return CUDA_ERROR_OUT_OF_MEMORY;
+    return host_alloc(p, n);
+}
+static CUresult host_alloc(void **p, size_t n)
 {
     *p = map_zeroed(n);
     return track(*p, n, 1);
 }
-EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cuMemAllocHost(p, n); }
+EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
+{
+    (void)flags;
+    if (fake_fail("cuMemHostAlloc")) return CUDA_ERROR_OUT_OF_MEMORY;
+    return host_alloc(p, n);
+}
 EXPORT CUresult cuMemFreeHost(void *p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags) { (void)flags; *d = (CUdeviceptr)p; return CUDA_SUCCESS; }
 EXPORT CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) { (void)p; (void)n; (void)flags; return CUDA_SUCCESS; }
@@ -306,6 +329,7 @@ EXPORT CUresult cuMemHostUnregister(void *p) { (void)p; return CUDA_SUCCESS; }
 EXPORT int fake_cuda_fail_copies; /* nonzero: every copy fails (a test's failure injection) */
 EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
+    if (fake_fail("cuMemcpy")) return CUDA_ERROR_UNKNOWN;
     if (fake_cuda_fail_copies) return CUDA_ERROR_UNKNOWN;
     fq_drain(&legacy_q);  /* (synchronous: after the legacy stream's work) */
     memmove((void *)d, (const void *)s, n);
@@ -324,6 +348,7 @@ static void set_later(void *a)
 }
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
+    if (fake_fail("cuMemcpyAsync")) return CUDA_ERROR_UNKNOWN;
     if (fake_cuda_fail_copies) return CUDA_ERROR_UNKNOWN;
     const struct copy_args c = {d, s, n, 0};
     fake_cuda_enqueue(st, copy_later, &c, sizeof(c));
@@ -331,6 +356,7 @@ EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream s
 }
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st)
 {
+    if (fake_fail("cuMemsetD8Async")) return CUDA_ERROR_UNKNOWN;
     const struct copy_args c = {d, 0, n, v};
     fake_cuda_enqueue(st, set_later, &c, sizeof(c));
     return CUDA_SUCCESS;
@@ -346,6 +372,7 @@ static void copy2d_later(void *a)
 }
 EXPORT CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream st)
 {
+    if (fake_fail("cuMemcpy2DAsync")) return CUDA_ERROR_UNKNOWN;
     fake_cuda_enqueue(st, copy2d_later, c, sizeof(*c));
     return CUDA_SUCCESS;
 }
@@ -375,6 +402,7 @@ static int event_token;
  * handles must see different ones) */
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
 {
+    if (fake_fail("cuStreamCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
     (void)flags;
     struct fq *q = calloc(1, sizeof(*q));
     if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -407,6 +435,7 @@ static void write_later(void *a)
 }
 EXPORT CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f)
 {
+    if (fake_fail("cuStreamWriteValue64")) return CUDA_ERROR_UNKNOWN;
     (void)f;
     const struct write_args w = {a, v};
     fake_cuda_enqueue(s, write_later, &w, sizeof(w));
@@ -488,6 +517,7 @@ static void copyv_later(void *p)
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, CUstream s, void **params, void **extra)
 {
+    if (fake_fail("cuLaunchKernel")) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     (void)gx; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)s; (void)extra;
     const char *name = (const char *)(void *)f;
     if (!kernels_on() || !name || !params) return CUDA_ERROR_NOT_SUPPORTED;
@@ -573,6 +603,7 @@ struct fev { struct frec *latest; unsigned long gen; };
 static struct frec rec_done = {1};
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
 {
+    if (fake_fail("cuEventCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
     (void)flags;
     if (!async_on()) {
         *e = (CUevent)&event_token;
@@ -601,6 +632,7 @@ static struct frec *latest(CUevent e) { return __atomic_load_n(&((struct fev *)(
 EXPORT unsigned long fake_cuda_legacy_records;
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
+    if (fake_fail("cuEventRecord")) return CUDA_ERROR_UNKNOWN;
     if (s == CU_STREAM_LEGACY) fake_cuda_legacy_records++;
     if (!async_on()) return CUDA_SUCCESS;
     if (ev_stale(e)) stale("an event record");

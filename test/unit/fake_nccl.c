@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_fail.h"
+
 #define EXPORT __attribute__((visibility("default")))
 
 struct ncclComm { int nranks; unsigned long ctx_gen; };
@@ -520,6 +522,7 @@ static ncclResult_t p2p_add(struct shm_comm *c, int send, int peer, const void *
 EXPORT ncclResult_t ncclGetVersion(int *v) { *v = version(); return ncclSuccess; }
 EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
+    if (fake_fail("ncclGetUniqueId")) return ncclSystemError;
     static int made;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -529,15 +532,18 @@ EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 }
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *c, int n, ncclUniqueId id, int r)
 {
+    if (fake_fail("ncclCommInitRank")) return ncclSystemError;
     return n == 1 ? make(c, n) : shm_make(c, n, &id, r);
 }
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *c, int n, ncclUniqueId id, int r, ncclConfig_t *cfg)
 {
+    if (fake_fail("ncclCommInitRankConfig")) return ncclSystemError;
     (void)cfg;
     return n == 1 ? make(c, n) : shm_make(c, n, &id, r);
 }
 EXPORT ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t *c, ncclConfig_t *cfg)
 {
+    if (fake_fail("ncclCommSplit")) return ncclSystemError;
     (void)color; (void)key; (void)cfg;
     if (shm_of(p)) return ncclInvalidUsage;
     return make(c, 1);
@@ -564,6 +570,7 @@ EXPORT const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess 
 EXPORT const char *ncclGetLastError(ncclComm_t c) { (void)c; return ""; }
 EXPORT ncclResult_t ncclGroupStart(void)
 {
+    if (fake_fail("ncclGroupStart")) return ncclSystemError;
     group_depth++;
     return ncclSuccess;
 }
@@ -572,6 +579,11 @@ EXPORT ncclResult_t ncclGroupEnd(void)
     if (group_depth == 0) return ncclInvalidUsage;
     if (--group_depth > 0) return ncclSuccess;
     nminmax = 0;
+    if (fake_fail("ncclGroupEnd")) {  /* (the group's sends and receives never run) */
+        for (int k = 0; k < ngroup_comms; k++) group_comms[k]->npend = 0;
+        ngroup_comms = 0;
+        return ncclSystemError;
+    }
     ncclResult_t rc = ncclSuccess;
     for (int k = 0; k < ngroup_comms; k++)
         if (rc == ncclSuccess) rc = p2p_run(group_comms[k]);
@@ -580,6 +592,7 @@ EXPORT ncclResult_t ncclGroupEnd(void)
 }
 EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclAllReduce")) return ncclUnhandledCudaError;
     (void)st;
     if (minmax_check(c, op) != ncclSuccess) return ncclInvalidUsage;
     struct shm_comm *m = shm_of(c);
@@ -588,6 +601,7 @@ EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType
 }
 EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclReduce")) return ncclSystemError;
     (void)st;
     if (minmax_check(c, op) != ncclSuccess) return ncclInvalidUsage;
     struct shm_comm *m = shm_of(c);
@@ -596,6 +610,7 @@ EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t 
 }
 EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclBroadcast")) return ncclSystemError;
     (void)st;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_BCAST, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t), r, n * tsize(t), st);
@@ -603,6 +618,7 @@ EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType
 }
 EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclAllGather")) return ncclSystemError;
     (void)st;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_ALLGATHER, t, -1, -1, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks, st);
@@ -610,6 +626,7 @@ EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType
 }
 EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclReduceScatter")) return ncclSystemError;
     (void)st;
     if (minmax_check(c, op) != ncclSuccess) return ncclInvalidUsage;
     struct shm_comm *m = shm_of(c);
@@ -618,6 +635,7 @@ EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclData
 }
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclAlltoAll")) return ncclSystemError;
     (void)st;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_ALLTOALL, t, -1, -1, n}, s, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t) * (size_t)c->nranks, st);
@@ -625,6 +643,7 @@ EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclGather")) return ncclSystemError;
     (void)st;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_GATHER, t, -1, root, n}, s, n * tsize(t), r, n * tsize(t) * (size_t)c->nranks, st);
@@ -632,6 +651,7 @@ EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t 
 }
 EXPORT ncclResult_t ncclScatter(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclScatter")) return ncclSystemError;
     (void)st;
     struct shm_comm *m = shm_of(c);
     if (m) return shm_coll(m, (struct desc){K_SCATTER, t, -1, root, n}, m->rank == root ? s : NULL, n * tsize(t) * (size_t)c->nranks, r, n * tsize(t), st);
@@ -654,6 +674,7 @@ static ncclResult_t meet(void)
 }
 EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclSend")) return ncclSystemError;
     (void)st;
     if (shm_of(c)) return p2p_add(shm_of(c), 1, peer, s, n * tsize(t), st);
     if (peer != 0 || nsends == PEND) return ncclInvalidUsage;
@@ -663,6 +684,7 @@ EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer
 }
 EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
+    if (fake_fail("ncclRecv")) return ncclSystemError;
     (void)st;
     if (shm_of(c)) return p2p_add(shm_of(c), 0, peer, r, n * tsize(t), st);
     if (peer != 0 || nrecvs == PEND) return ncclInvalidUsage;

@@ -59,3 +59,7 @@ set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETU
 # the stand-in driver): one per nonblocking call, one per explicit group, none for blocking calls
 add_test(unit_order_events sh "${S}/test/unit/order_events.sh" "${B}")
 set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# the failure-injection matrix on the stand-ins: one call failed on one rank, every rank ends with
+# the same error class, a fresh communicator works after (test/unit/fail_inject.sh)
+add_test(unit_fail_inject sh "${S}/test/unit/fail_inject.sh" "${B}")
+set_tests_properties(unit_fail_inject PROPERTIES LABELS "mpi" TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -182,10 +182,11 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
 // ladder of sizes, and (on communicators of at most NCCLMPI_CONNECT_PEERS ranks) every peer's
 // sends and receives; all: the peers only (NCCL connected every algorithm inside its
 // initialization: nccl_api.cc). Every rank reads the same size and settings, so all connect alike
-// or none does; false on every rank when one failed. doc/design.md, "Connected at creation".
+// or none does; false on every rank when one failed (connect() agrees on its buffer before any
+// NCCL call and on each call before the next). doc/design.md, "Connected at creation".
 static bool connect_agreed(ProcessGroup *pg, MPI_Comm comm, bool algorithms, bool peers, bool ready = true)
 {
-    int ok = ready && pg->connect(algorithms, peers) == NM_OK, all_ok = 0;
+    int ok = pg->connect(algorithms, peers, comm, ready) == NM_OK, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
     if (!all_ok) pg->fail("connecting the ranks failed on some rank");
     return all_ok != 0;
@@ -272,7 +273,10 @@ void comm_create(CommState *cs, int device)
     }
     // A new NCCL communicator. Each rank makes its stream and flags first, and the ranks learn
     // together whether all did (with rank 0's id), so that no rank enters NCCL's collective init
-    // alone.
+    // alone. Its notice communicator (process_group.h, fail_tell) is made here, where every rank is.
+    MPI_Comm notice = MPI_COMM_NULL;
+    PMPI_Comm_dup(cs->comm, &notice);
+    pg->set_notice(notice);
     struct Init {
         int ok;
         ncclUniqueId id;
@@ -339,6 +343,11 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
     ProcessGroup *ppg = ps->pg.get();
     std::string why;
     if (cs && !cs->inter) pg.reset(new ProcessGroup(cs->id, ppg->device(), cs->rank, cs->size));
+    if (pg) {  // (collective over the child: every rank of it is here)
+        MPI_Comm notice = MPI_COMM_NULL;
+        PMPI_Comm_dup(child, &notice);
+        pg->set_notice(notice);
+    }
     if (pg && pg->prepare(&why)) {
         ok = pg->init_split(*ppg, color, key) == NM_OK;
     } else {  // not in the child, or not ready: still in the parent's collective split

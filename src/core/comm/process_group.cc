@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/engine/engine.h"
@@ -130,56 +131,81 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
 // other one up to 4 MiB, then a broadcast and a reduce (rings only).
 static constexpr size_t kLadderTop = 16u << 20, kLadderGatherTop = 4u << 20;
 
-nm_status_t ProcessGroup::connect(bool algorithms, bool peers)
+// Every rank's answer, MIN over comm: the ranks go on together or stop together.
+static bool all_agree(bool mine, MPI_Comm comm)
 {
-    if (size_ < 2 || (!algorithms && !peers)) return NM_OK;
+    int a = mine, all = 0;
+    return PMPI_Allreduce(&a, &all, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS && all != 0;
+}
+
+// The ladder's NCCL calls in order, one per step (each its own NCCL group: grouped calls of one
+// kind are sized together); false when step i is past the end.
+bool ProcessGroup::connect_step(int i, bool algorithms, bool peers, void *p, ncclResult_t *r)
+{
+    const size_t n = (size_t)size_;
+    int k = 0;  // the steps so far
+    for (size_t sz = 4, rung = 0; algorithms && sz <= kLadderTop; sz *= 4, rung++) {
+        if (k++ == i) return *r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclSum, nccl_, stream_), true;
+        // (a product: what NVLS cannot run, so also the algorithm picked where NVLS would be)
+        if (k++ == i) return *r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclProd, nccl_, stream_), true;
+        const size_t part = sz / n / 4 * 4;  // each rank's part, whole floats
+        if (rung % 2 || sz > kLadderGatherTop || part == 0) continue;
+        void *mine = (char *)p + (size_t)rank_ * part;  // (in place)
+        if (k++ == i) return *r = nccl.ncclAllGather(mine, p, part, ncclInt8, nccl_, stream_), true;
+        if (k++ == i) return *r = nccl.ncclReduceScatter(p, mine, part / 4, ncclFloat32, ncclSum, nccl_, stream_), true;
+    }
+    if (algorithms && k++ == i) return *r = nccl.ncclBroadcast(p, p, 4, ncclInt8, 0, nccl_, stream_), true;
+    if (algorithms && k++ == i) return *r = nccl.ncclReduce(p, p, 1, ncclFloat32, ncclSum, 0, nccl_, stream_), true;
+    if (!peers || k++ != i) return false;
+    if ((*r = nccl.ncclGroupStart()) != ncclSuccess) return true;  // one byte to and from every peer
+    for (int q = 0; q < size_ && *r == ncclSuccess; q++) {
+        if (q == rank_) continue;
+        *r = nccl.ncclSend((const char *)p + q, 1, ncclInt8, q, nccl_, stream_);
+        if (*r == ncclSuccess) *r = nccl.ncclRecv((char *)p + n + q, 1, ncclInt8, q, nccl_, stream_);
+    }
+    const ncclResult_t e = nccl.ncclGroupEnd();
+    if (*r == ncclSuccess) *r = e;
+    return true;
+}
+
+nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bool ready)
+{
+    if (size_ < 2 || (!algorithms && !peers)) return all_agree(ready, comm) ? NM_OK : NM_ERR_CUDA;
     std::lock_guard<std::recursive_mutex> use(use_mu_);  // (a later connect: against polls and aborts)
     DeviceGuard g(ctx_);
-    const size_t n = (size_t)size_;
-    const size_t bytes = algorithms ? kLadderTop : 2 * n;
-    CUdeviceptr b = 0;  // (stream-ordered: no device-wide synchronization at its free)
-    if (cu.cuMemAllocAsync(&b, bytes, stream_) != CUDA_SUCCESS) return NM_ERR_CUDA;
-    void *p = (void *)b;
+    const size_t bytes = algorithms ? kLadderTop : 2 * (size_t)size_;
+    // The buffer first, agreed: a rank without it makes no NCCL call, so none does (its peers
+    // would wait for it inside NCCL). Stream-ordered: no device-wide synchronization at its free.
+    CUdeviceptr b = 0;
+    if (!all_agree(ready && cu.cuMemAllocAsync(&b, bytes, stream_) == CUDA_SUCCESS, comm)) {
+        if (b) cu.cuMemFreeAsync(b, stream_);
+        NM_WARN(INIT, "%s: connecting the ranks: no device buffer (or not ready) on some rank", describe().c_str());
+        return NM_ERR_CUDA;
+    }
+    // Then each call, agreed before the next: a rank whose call failed stops there, and its peers
+    // learn it at once, instead of waiting for it in that call on the GPU or in the next one's
+    // connection on the host (NCCL connects an algorithm at its first use, without a timeout).
+    // About 30 small allreduces at creation, which takes milliseconds anyway.
     ncclResult_t r = ncclSuccess;
-    // each call its own NCCL group: grouped calls of one kind are sized together
-    for (size_t sz = 4, i = 0; algorithms && sz <= kLadderTop && r == ncclSuccess; sz *= 4, i++) {
-        r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclSum, nccl_, stream_);
-        // (a product: what NVLS cannot run, so also the algorithm picked where NVLS would be)
-        if (r == ncclSuccess) r = nccl.ncclAllReduce(p, p, sz / 4, ncclFloat32, ncclProd, nccl_, stream_);
-        const size_t part = sz / n / 4 * 4;  // each rank's part, whole floats
-        if (i % 2 || sz > kLadderGatherTop || part == 0 || r != ncclSuccess) continue;
-        void *mine = (char *)p + (size_t)rank_ * part;  // (in place)
-        r = nccl.ncclAllGather(mine, p, part, ncclInt8, nccl_, stream_);
-        if (r == ncclSuccess) r = nccl.ncclReduceScatter(p, mine, part / 4, ncclFloat32, ncclSum, nccl_, stream_);
-    }
-    if (algorithms && r == ncclSuccess) r = nccl.ncclBroadcast(p, p, 4, ncclInt8, 0, nccl_, stream_);
-    if (algorithms && r == ncclSuccess) r = nccl.ncclReduce(p, p, 1, ncclFloat32, ncclSum, 0, nccl_, stream_);
-    if (peers && r == ncclSuccess) {  // one byte to and from every peer
-        r = nccl.ncclGroupStart();
-        for (int q = 0; q < size_ && r == ncclSuccess; q++) {
-            if (q == rank_) continue;
-            r = nccl.ncclSend((const char *)p + q, 1, ncclInt8, q, nccl_, stream_);
-            if (r == ncclSuccess) r = nccl.ncclRecv((char *)p + n + q, 1, ncclInt8, q, nccl_, stream_);
-        }
-        const ncclResult_t e = nccl.ncclGroupEnd();
-        if (r == ncclSuccess) r = e;
-    }
+    bool ok = true;
+    for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) ok = all_agree(r == ncclSuccess, comm);
+    // a peer's calls may wait for this rank's on the GPU: the abort ends them (on every rank,
+    // each having seen the same answer) before the stream is waited for
+    if (!ok) fail(r != ncclSuccess ? std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r)
+                                   : "connecting the ranks failed on another rank");
     cu.cuMemFreeAsync(b, stream_);
     const bool synced = cu.cuStreamSynchronize(stream_) == CUDA_SUCCESS;
-    if (r != ncclSuccess) {
-        NM_WARN(INIT, "%s: connecting the ranks failed: %s", describe().c_str(), nccl.ncclGetErrorString(r));
-        return NM_ERR_NCCL;
-    }
+    if (!ok) return NM_ERR_NCCL;
     if (!synced) return NM_ERR_CUDA;
     if (peers) peers_connected_.store(true, std::memory_order_release);
     return NM_OK;
 }
 
-void ProcessGroup::fail(const std::string &why)
+bool ProcessGroup::fail(const std::string &why)
 {
     std::lock_guard<std::recursive_mutex> use(use_mu_);
     State s = State::READY;
-    if (!state_.compare_exchange_strong(s, State::FAILED)) return;  // already failed (or never ready)
+    if (!state_.compare_exchange_strong(s, State::FAILED)) return false;  // already failed (or never ready)
     {
         std::lock_guard<std::mutex> g(mu_);
         fail_reason_ = why;
@@ -191,6 +217,63 @@ void ProcessGroup::fail(const std::string &why)
         nccl.ncclCommAbort(nccl_);
         nccl_ = nullptr;
     }
+    return true;
+}
+
+// ---- notices of failure (doc/design.md, "Failures end in errors") ----------------------------
+// A rank that fails the group alone sends its reason to every peer (kNoticeTag on the group's
+// notice communicator); a peer's wait polls for it about once a millisecond (check_async). The
+// sends are never waited for: their buffers are kept until the sends completed.
+static constexpr int kNoticeTag = 32001;
+static std::mutex outbox_mu;
+static std::vector<std::pair<MPI_Request, char *>> outbox;
+
+static void outbox_reap()
+{
+    for (size_t i = 0; i < outbox.size();) {
+        int done = 0;
+        PMPI_Test(&outbox[i].first, &done, MPI_STATUS_IGNORE);
+        if (!done) {
+            i++;
+            continue;
+        }
+        free(outbox[i].second);
+        outbox[i] = outbox.back();
+        outbox.pop_back();
+    }
+}
+
+void ProcessGroup::fail_tell(const std::string &why)
+{
+    if (!fail(why) || notice_ == MPI_COMM_NULL) return;
+    std::lock_guard<std::mutex> g(outbox_mu);
+    outbox_reap();
+    const std::string msg = why.substr(0, 240);
+    for (int q = 0; q < size_; q++) {
+        if (q == rank_) continue;
+        char *b = strdup(msg.c_str());
+        MPI_Request r = MPI_REQUEST_NULL;
+        if (!b || PMPI_Isend(b, (int)msg.size() + 1, MPI_CHAR, q, kNoticeTag, notice_, &r) != MPI_SUCCESS) {
+            free(b);
+            continue;
+        }
+        outbox.emplace_back(r, b);
+    }
+}
+
+bool ProcessGroup::heard()
+{
+    int flag = 0, n = 0;
+    MPI_Message m;
+    MPI_Status st;
+    if (PMPI_Improbe(MPI_ANY_SOURCE, kNoticeTag, notice_, &flag, &m, &st) != MPI_SUCCESS || !flag) return false;
+    PMPI_Get_count(&st, MPI_CHAR, &n);
+    std::vector<char> why((size_t)std::max(n, 1) + 1, 0);
+    PMPI_Mrecv(why.data(), n, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+    char b[64];
+    snprintf(b, sizeof(b), "rank %d of the communicator failed: ", st.MPI_SOURCE);
+    fail(b + std::string(why.data()));
+    return true;
 }
 
 std::string ProcessGroup::fail_reason() const
@@ -201,7 +284,7 @@ std::string ProcessGroup::fail_reason() const
 
 nm_status_t ProcessGroup::check_async()
 {
-    if (failed()) return NM_ERR_NCCL;
+    if (failed() || (notice_ != MPI_COMM_NULL && heard())) return NM_ERR_NCCL;
     std::unique_lock<std::recursive_mutex> use(use_mu_, std::try_to_lock);
     if (!use.owns_lock()) return NM_OK;  // a launch is using it: poll next time
     if (failed()) return NM_ERR_NCCL;
@@ -253,6 +336,14 @@ CUdeviceptr ProcessGroup::stream_buffer(size_t bytes)
 
 void ProcessGroup::destroy()
 {
+    if (notice_ != MPI_COMM_NULL) {
+        int fin = 1;
+        PMPI_Finalized(&fin);
+        if (!fin) PMPI_Comm_free(&notice_);
+        notice_ = MPI_COMM_NULL;
+        std::lock_guard<std::mutex> g(outbox_mu);
+        if (!fin) outbox_reap();
+    }
     if (!ctx_) return;
     if (!cuda_ctx_current(device_)) {  // reset: every handle below is gone (a call naming one may crash)
         nccl_ = nullptr;

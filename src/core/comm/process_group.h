@@ -58,17 +58,29 @@ class ProcessGroup {
     // connects an algorithm at its first use, and a peer's sends and receives at the first one,
     // waiting on the host for the peers. algorithms: one collective of each kind NCCL has an
     // algorithm choice for, on a ladder of sizes (NCCL picks by size); peers: one byte to and
-    // from every peer. Collective.
-    nm_status_t connect(bool algorithms, bool peers);
+    // from every peer. Collective over comm (the group's processes in its order): every rank
+    // agrees on its buffer before any NCCL call and on each call before the next, so all succeed
+    // or all fail (then the NCCL communicator is aborted on every rank). ready: this rank can
+    // take part (its earlier work drained); false on any rank fails every rank.
+    nm_status_t connect(bool algorithms, bool peers, MPI_Comm comm, bool ready);
     // Every peer's sends and receives connected (by connect(), or a group of one rank). The same
     // on every rank of the group: changed only by a connect() every rank makes.
     bool peers_connected() const { return peers_connected_.load(std::memory_order_acquire); }
 
     // Abort the NCCL communicator and keep the reason; later operations fail at once.
     // Idempotent and thread-safe: waits for a launch in progress on another thread (use_mu()).
-    void fail(const std::string &why);
-    // Poll NCCL's asynchronous error; on an error, fail() and return it. Skips the poll while
-    // another thread uses the NCCL communicator.
+    // true for the call that failed it.
+    bool fail(const std::string &why);
+    // A failure of this rank alone (a launch that could not be made here): fail(), and tell every
+    // peer over the notice communicator, so that a peer waiting for this rank's part of an NCCL
+    // call fails too (check_async) instead of waiting for ever. doc/design.md, "Failures".
+    void fail_tell(const std::string &why);
+    // The communicator failures are told on (a duplicate of the MPI communicator the group was
+    // agreed on, same processes in the same order; the group frees it at destroy()).
+    void set_notice(MPI_Comm c) { notice_ = c; }
+    // Poll NCCL's asynchronous error and the peers' notices of failure; on either, fail() and
+    // return NM_ERR_NCCL. Skips the NCCL poll while another thread uses the NCCL communicator.
+    // Called about once a millisecond by a wait, never on a launch.
     nm_status_t check_async();
     // Held around every use of nccl_comm() (launches, polls, the abort): the abort frees it.
     std::recursive_mutex &use_mu() { return use_mu_; }
@@ -109,6 +121,9 @@ class ProcessGroup {
     OneshotWindow *oneshot() const { return oneshot_; }
     void set_oneshot(OneshotWindow *w) { oneshot_ = w; }
 
+    // the NCCL calls of the launch in progress (under use_mu(); kept: no allocation once warm)
+    std::vector<NcclRec> recs;
+
     // operations launched and not yet known complete (blocking calls use the comm stream while
     // any is, so that everything on this NCCL communicator stays in issue order)
     std::atomic<int> inflight{0};
@@ -119,6 +134,8 @@ class ProcessGroup {
 
   private:
     nm_status_t finish_init(ncclResult_t r, const char *how, double t0);
+    bool connect_step(int i, bool algorithms, bool peers, void *p, ncclResult_t *r);
+    bool heard();  // a peer's notice of failure received: fail()
 
     int comm_id_, device_, rank_, size_;
     std::atomic<State> state_{State::OOB};
@@ -137,6 +154,7 @@ class ProcessGroup {
     uint64_t tickets_[2] = {0, 0};
     std::atomic<bool> peers_connected_;
     OneshotWindow *oneshot_ = nullptr;
+    MPI_Comm notice_ = MPI_COMM_NULL;  // set_notice()
 };
 
 }  // namespace ncclmpi

@@ -54,6 +54,7 @@ void Op::reset()
     post_first.clear();
     post.clear();
     layouts.clear();
+    packed.clear();
     zeros.clear();
     scratch.clear();
     bounce.clear();
@@ -150,13 +151,14 @@ static CUstream pick_stream(ProcessGroup *pg, bool blocking)
     return pg->stream();
 }
 
-// A launch that failed on this rank after its NCCL group opened: the peers may have launched
-// all of it, so this rank is out of step with them on this NCCL communicator for good. Abort it
-// (the communicator fails here, and on the peers by their own timeouts), then let the stream's
-// queued copies finish before their buffers go back to the pools.
+// A launch that failed on this rank: the peers launched all of it and wait for this rank's part
+// inside NCCL (or will, at their next operation on it), so this rank is out of step with them on
+// this NCCL communicator for good. Abort it and tell the peers (process_group.h, fail_tell: each
+// fails it too at its next poll, with the same error class), then let the stream's queued copies
+// finish before their buffers go back to the pools. doc/design.md, "Failures end in errors".
 static void launch_failed(CommState *cs, ProcessGroup *pg, Op *const *ops, int n, CUstream s, const std::string &err)
 {
-    pg->fail(err + " at " + ops[0]->describe());
+    pg->fail_tell(err + " at " + ops[0]->describe());
     cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
     cu.cuStreamSynchronize(s);
     for (int i = 0; i < n; i++) op_release_resources(*ops[i], s);
@@ -171,8 +173,11 @@ static unsigned minmax_of(const Op *op)
 }
 
 // ops[b, e) of a launch of n as one NCCL group on s (none where all of them run as one-shot
-// kernels), their small allreduces sharing NCCL calls (fuse.h). (Inlined: a call costs a blocking
-// allreduce 40 more instructions, bench/device_overhead.sh.)
+// kernels), their small allreduces sharing NCCL calls (fuse.h). Every body runs first (scratch,
+// packs, one-shot kernels), recording its NCCL calls; the group is opened only once all of them
+// succeeded, so a local failure makes no NCCL call of the group at all (the caller tells the
+// peers). (Inlined: a call costs a blocking allreduce 40 more instructions,
+// bench/device_overhead.sh.)
 static inline __attribute__((always_inline)) nm_status_t nccl_group(Op *const *ops, int b, int e, int n, ProcessGroup &pg, CUstream s,
                                                                    std::string *err)
 {
@@ -189,26 +194,61 @@ static inline __attribute__((always_inline)) nm_status_t nccl_group(Op *const *o
     }
     const bool fused = fusion != nullptr;
     nm_status_t st = NM_OK;
-    if (any_nccl) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
+    std::vector<NcclRec> &recs = pg.recs;
+    recs.clear();
     for (int i = b; i < e && st == NM_OK; i++) {
-        NcclCall c(*ops[i], pg, s, n == 1);
+        NcclCall c(*ops[i], pg, s, n == 1, &recs);
         if (fused) c.fuse = fusion->slot(i - b);
         st = op_row(ops[i]->o.kind).nccl(c);
         if (st == NM_OK) st = c.st;
         if (st != NM_OK) *err = ops[i]->describe() + ": " + nm_status_str(st);
     }
-    if (fused && st == NM_OK && (st = fusion->post(ops + b, pg, s)) != NM_OK)
+    if (fused && st == NM_OK && (st = fusion->prepare(ops + b, pg, s, &recs)) != NM_OK)
         *err = std::string("fused allreduces: ") + nm_status_str(st);
-    ncclResult_t ge = any_nccl ? nccl.ncclGroupEnd() : ncclSuccess;
-    if (st == NM_OK && ge != ncclSuccess && ge != ncclInProgress) {
-        *err = std::string("ncclGroupEnd: ") + nccl.ncclGetErrorString(ge) + " (" + nccl.ncclGetLastError(pg.nccl_comm()) + ")";
-        st = NM_ERR_NCCL;
+    if (st != NM_OK || !any_nccl) return st;
+    NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
+    const ncclResult_t ie = nccl_issue(recs.data(), recs.size(), pg.nccl_comm(), s);
+    const ncclResult_t ge = nccl.ncclGroupEnd();
+    const ncclResult_t r = ie != ncclSuccess ? ie : ge;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        *err = std::string(ie != ncclSuccess ? "an NCCL call of the group: " : "ncclGroupEnd: ") + nccl.ncclGetErrorString(r) + " (" +
+               nccl.ncclGetLastError(pg.nccl_comm()) + ")";
+        return NM_ERR_NCCL;
     }
-    if (fused && st == NM_OK && (st = fusion->unpack(pg, s)) != NM_OK) *err = "fused allreduces: unpacking failed";
+    if (fused && (st = fusion->unpack(pg, s)) != NM_OK) *err = "fused allreduces: unpacking failed";
     return st;
 }
 
-// Launch ops (all of one communicator, cs->mu held) as one NCCL group on stream s.
+// Order a launch on s: after this communicator's launches on another stream still in flight,
+// and after the application's work (the last op's recorded point covers the earlier ones; an
+// enqueued op is on the application's own stream: in its order already).
+static nm_status_t launch_order(ProcessGroup *pg, Op *const *ops, int n, CUstream s, std::string *err)
+{
+    if (pg->last_stream && pg->last_stream != s && pg->inflight.load(std::memory_order_relaxed) > 0) {
+        CUevent prev = pg->event_get();
+        NM_CU_CHECK(prev ? cu.cuEventRecord(prev, pg->last_stream) : CUDA_ERROR_OUT_OF_MEMORY, goto failed);
+        NM_CU_CHECK(cu.cuStreamWaitEvent(s, prev, 0), goto failed);
+        pg->event_put(prev);
+    }
+    pg->last_stream = s;
+    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER && !ops[n - 1]->enqueued()) {
+        CUevent ord = ops[n - 1]->order_ev;
+        CUevent tmp = nullptr;
+        if (!ord) {
+            tmp = ord = pg->event_get();
+            NM_CU_CHECK(ord ? cu.cuEventRecord(ord, CU_STREAM_LEGACY) : CUDA_ERROR_OUT_OF_MEMORY, goto failed);
+        }
+        NM_CU_CHECK(cu.cuStreamWaitEvent(s, ord, 0), goto failed);
+        if (tmp) pg->event_put(tmp);  // reuse is safe: the wait captured the recorded work
+    }
+    return NM_OK;
+failed:
+    *err = "cannot order the launch after earlier work (an event)";
+    return NM_ERR_CUDA;
+}
+
+// Launch ops (all of one communicator, cs->mu held) as one NCCL group on stream s. A failure
+// fails the communicator on every rank (launch_failed): NM_ERR_NCCL, MPI_ERR_OTHER everywhere.
 static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std::string *err)
 {
     ProcessGroup *pg = cs->pg.get();
@@ -222,33 +262,11 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         return NM_ERR_NCCL;
     }
     DeviceGuard g(pg->ctx());
-    // in issue order after this communicator's launches on another stream still in flight
-    if (pg->last_stream && pg->last_stream != s && pg->inflight.load(std::memory_order_relaxed) > 0) {
-        CUevent prev = pg->event_get();
-        NM_CU_CHECK(prev ? cu.cuEventRecord(prev, pg->last_stream) : CUDA_ERROR_OUT_OF_MEMORY, return NM_ERR_CUDA);
-        NM_CU_CHECK(cu.cuStreamWaitEvent(s, prev, 0), return NM_ERR_CUDA);
-        pg->event_put(prev);
-    }
-    pg->last_stream = s;
-    // order after the application's work: the last op's recorded point covers the earlier ones
-    // (an enqueued op is on the application's own stream: in its order already)
-    if (s != CU_STREAM_LEGACY && nm_cfg.STREAM_ORDER && !ops[n - 1]->enqueued()) {
-        CUevent ord = ops[n - 1]->order_ev;
-        CUevent tmp = nullptr;
-        if (!ord) {
-            tmp = ord = pg->event_get();
-            NM_CU_CHECK(cu.cuEventRecord(ord, CU_STREAM_LEGACY), return NM_ERR_CUDA);
-        }
-        NM_CU_CHECK(cu.cuStreamWaitEvent(s, ord, 0), return NM_ERR_CUDA);
-        if (tmp) pg->event_put(tmp);  // reuse is safe: the wait captured the recorded work
-    }
-    if (fault_now()) {
+    nm_status_t st = launch_order(pg, ops, n, s, err);
+    if (st == NM_OK && fault_now()) {
         *err = "NCCLMPI_FAULT: injected NCCL failure";
-        pg->fail(*err + " at " + ops[0]->describe());
-        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
-        return NM_ERR_NCCL;
+        st = NM_ERR_NCCL;
     }
-    nm_status_t st = NM_OK;
     char range[96];
     range[0] = 0;
     if (nm_cfg.NVTX) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
@@ -267,9 +285,9 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     unsigned mm = 0;
     if (n > 1 && nm_minmax_hazard(nccl.version, pg->size()))
         for (int i = 0; i < n; i++) mm |= minmax_of(ops[i]);
-    if (mm != 3u) {
+    if (st == NM_OK && mm != 3u) {
         st = nccl_group(ops, 0, n, n, *pg, s, err);
-    } else {
+    } else if (st == NM_OK) {
         static thread_local std::vector<Op *> sorted;
         sorted.clear();
         for (int i = 0; i < n; i++)
@@ -301,7 +319,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     if (st != NM_OK) {
         if (err->empty()) *err = std::string("launch failed: ") + nm_status_str(st);
         launch_failed(cs, pg, ops, n, s, *err);
-        return st;
+        return NM_ERR_NCCL;
     }
     double now = nm_now_s();
     NM_TRACE(COLL, "%s: launching a group of %d (first %s)", cs->describe().c_str(), n, ops[0]->describe().c_str());

@@ -28,8 +28,20 @@ struct PostCopy {
     enum Kind { D2D, UNPACK_DEV, TO_BOUNCE } kind;
     CUdeviceptr dst, src;  // UNPACK_DEV: dst is the element base; TO_BOUNCE: dst the pinned bounce
     size_t bytes;
-    int layout;            // index into Op::layouts, or -1 (contiguous)
+    int layout;            // index into Op::layouts, or -1 (contiguous), or -2 - k: Op::packed[k]
     void *host;            // TO_BOUNCE: where the bytes go on the host once the op completed
+};
+
+// A buffer whose layout has no runs (layout.h: too many, or a type it cannot decode), packed on
+// the host with PMPI_Pack through a pinned copy of its whole span (tl/nccl/coll_nccl.cc).
+struct HostPacked {
+    MPI_Datatype type;
+    int count;
+    char *hbase;         // where the elements start in the host copy (or the host buffer itself)
+    char *hspan;         // the span's first byte there
+    CUdeviceptr dspan;   // the span in device memory, written back after the unpack; 0: host memory
+    size_t span;         // its bytes
+    CUcontext ctx;       // dspan's
 };
 
 struct Op {
@@ -57,6 +69,7 @@ struct Op {
     std::vector<PostCopy> post_first;  // explicit post copies of the body (run first)
     std::vector<PostCopy> post;        // unpacks of OUT segments
     std::vector<Layout> layouts;
+    std::vector<HostPacked> packed;
     std::vector<int> zeros;            // zero counts/displacements of the carrier call
     std::vector<CUdeviceptr> scratch;
     std::vector<std::pair<void *, size_t>> bounce;  // pinned buffers (pointer, pool class)

@@ -3,12 +3,14 @@
 // send/recv. Buffers come through NcclCall::seg (dense device bytes).
 #include "core/tl/nccl/coll_nccl.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "core/dtype/buffers.h"
+#include "core/dtype/dtype.h"
 #include "core/dtype/layout.h"
 #include "core/op_table.h"
 #include "core/tl/oneshot/oneshot.h"
@@ -17,8 +19,6 @@
 #include "util/log.h"
 
 namespace ncclmpi {
-
-#define NC(call) NM_NCCL_CHECK(call, return NM_ERR_NCCL)
 
 static const size_t kMaxRuns = 1 << 16;
 
@@ -57,6 +57,67 @@ static void *bounce(Op &op, size_t bytes)
     return p;
 }
 
+// A layout without runs (more than kMaxRuns, or one layout.h cannot decode): packed on the host
+// with PMPI_Pack, as layout.h says, through a pinned copy of the elements' whole span for device
+// memory (copied in after the stream's earlier work, the host waiting for it; written back whole
+// after the unpack, the bytes between the elements as they were read). Every rank still makes
+// the same NCCL calls: only how this rank fills and empties its dense bytes changes. Slow; rare.
+static char *seg_host_packed(NcclCall &c, int which, int dir, char *elem_base, size_t count, bool device)
+{
+    Op &op = c.op;
+    const DtypeInfo &d = op.info(which);
+    const size_t n = count * d.size;
+    MPI_Aint lo = 0, hi = 0;
+    dtype_span(&d, 0, (long long)count, &lo, &hi);
+    if (count > INT_MAX || n > INT_MAX) {
+        NM_ERROR(COLL, "%s: a datatype whose layout has no runs, %zu bytes: too large to pack with PMPI_Pack", op.describe().c_str(), n);
+        c.st = NM_ERR_TYPE;
+        return elem_base;
+    }
+    NM_DEBUG(COLL, "%s: the datatype's layout has no runs here (more than %zu, or not decoded): packed on the host",
+             op.describe().c_str(), kMaxRuns);
+    HostPacked h{op.type(which), (int)count, elem_base, elem_base + lo, 0, (size_t)(hi - lo), c.pg.ctx()};
+    if (device) {
+        char *copy = (char *)bounce(op, h.span);
+        if (!copy) {
+            c.st = NM_ERR_NO_MEM;
+            return elem_base;
+        }
+        h.dspan = (CUdeviceptr)h.hspan;
+        h.hspan = copy;
+        h.hbase = copy - lo;
+        NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)copy, h.dspan, h.span, c.s), c.st = NM_ERR_CUDA; return elem_base);
+        NM_CU_CHECK(cu.cuStreamSynchronize(c.s), c.st = NM_ERR_CUDA; return elem_base);
+    }
+    char *dense = (char *)c.scratch(n), *hd = (char *)bounce(op, n);
+    if (!dense || !hd) {
+        if (c.st == NM_OK) c.st = NM_ERR_NO_MEM;
+        return elem_base;
+    }
+    int pos = 0;
+    if ((dir & BUF_IN) && PMPI_Pack(h.hbase, h.count, h.type, hd, (int)n, &pos, MPI_COMM_SELF) != MPI_SUCCESS) {
+        c.st = NM_ERR_TYPE;
+        return elem_base;
+    }
+    if (dir & BUF_IN) NM_CU_CHECK(cu.cuMemcpyAsync((CUdeviceptr)dense, (CUdeviceptr)hd, n, c.s), c.st = NM_ERR_CUDA; return elem_base);
+    if (dir & BUF_OUT) {  // (after the copy above in stream order: hd serves both)
+        op.packed.push_back(h);
+        op.post.push_back(PostCopy{PostCopy::TO_BOUNCE, (CUdeviceptr)hd, (CUdeviceptr)dense, n, -1 - (int)op.packed.size(), nullptr});
+    }
+    return dense;
+}
+
+// The host side of a HostPacked receive: unpack, and write a device span back.
+static void host_unpack(const HostPacked &h, const void *dense, size_t n)
+{
+    int pos = 0;
+    if (PMPI_Unpack(dense, (int)n, &pos, h.hbase, h.count, h.type, MPI_COMM_SELF) != MPI_SUCCESS)
+        NM_ERROR(COLL, "PMPI_Unpack of %zu bytes failed", n);
+    if (!h.dspan) return;
+    DeviceGuard g(h.ctx);
+    NM_CU_CHECK(cu.cuMemcpy(h.dspan, (CUdeviceptr)h.hspan, h.span), );
+}
+
 // Dense device bytes for `count` elements of one buffer, `elem` extents from its pointer.
 char *NcclCall::seg(int which, int dir, size_t elem, size_t count)
 {
@@ -71,11 +132,7 @@ char *NcclCall::seg(int which, int dir, size_t elem, size_t count)
     int li = -1;
     if (!d.contig) {
         Layout l;
-        if (!layout_build(op.type(which), (long long)count, kMaxRuns, &l)) {
-            NM_ERROR(COLL, "%s: the datatype's layout cannot be decoded for packing", op.describe().c_str());
-            st = NM_ERR_TYPE;
-            return first;
-        }
+        if (!layout_build(op.type(which), (long long)count, kMaxRuns, &l)) return seg_host_packed(*this, which, dir, elem_base, count, device);
         op.layouts.push_back(std::move(l));
         li = (int)op.layouts.size() - 1;
     }
@@ -126,7 +183,8 @@ void op_post_host(Op &op)
 {
     for (const PostCopy &p : op.post) {
         if (p.kind != PostCopy::TO_BOUNCE) continue;
-        if (p.layout < 0) memcpy(p.host, (void *)p.dst, p.bytes);
+        if (p.layout <= -2) host_unpack(op.packed[(size_t)(-2 - p.layout)], (void *)p.dst, p.bytes);
+        else if (p.layout < 0) memcpy(p.host, (void *)p.dst, p.bytes);
         else layout_unpack_host(op.layouts[p.layout], (void *)p.dst, p.host);
     }
 }
@@ -140,6 +198,7 @@ void op_release_resources(Op &op, CUstream s)
     op.post_first.clear();
     op.post.clear();
     op.layouts.clear();
+    op.packed.clear();
 }
 
 int nccl_carrier(Op &op, bool blocking)
@@ -193,8 +252,8 @@ struct P2P {
     {
         if (c.st != NM_OK) return c.st;
         for (int p = 0; p < (int)sp.size(); p++) {
-            if (sn[p]) NC(nccl.ncclSend(sp[p], sn[p], ncclInt8, p, c.comm(), c.s));
-            if (rn[p]) NC(nccl.ncclRecv(rp[p], rn[p], ncclInt8, p, c.comm(), c.s));
+            if (sn[p]) c.call(NcclRec::SEND, sp[p], nullptr, sn[p], ncclInt8, 0, p);
+            if (rn[p]) c.call(NcclRec::RECV, nullptr, rp[p], rn[p], ncclInt8, 0, p);
         }
         return NM_OK;
     }
@@ -214,8 +273,7 @@ nm_status_t nccl_allreduce(NcclCall &c)
         *c.fuse = FuseSlot{src, dst};
         return NM_OK;
     }
-    NC(nccl.ncclAllReduce(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), c.comm(), c.s));
-    return NM_OK;
+    return c.call(NcclRec::ALLREDUCE, src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c));
 }
 
 nm_status_t nccl_reduce(NcclCall &c)
@@ -226,14 +284,12 @@ nm_status_t nccl_reduce(NcclCall &c)
     if (!c.op.root) {
         const char *src = c.seg(SEG_SEND, BUF_IN, 0, cnt);
         if (c.st != NM_OK) return c.st;
-        NC(nccl.ncclReduce(src, nullptr, red_count(c, SEG_SEND, cnt), red_type(c, SEG_SEND), red_op(c), o.root, c.comm(), c.s));
-        return NM_OK;
+        return c.call(NcclRec::REDUCE, src, nullptr, red_count(c, SEG_SEND, cnt), red_type(c, SEG_SEND), red_op(c), o.root);
     }
     char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, cnt);
     const char *src = c.op.inplace ? dst : c.seg(SEG_SEND, BUF_IN, 0, cnt);
     if (c.st != NM_OK) return c.st;
-    NC(nccl.ncclReduce(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), o.root, c.comm(), c.s));
-    return NM_OK;
+    return c.call(NcclRec::REDUCE, src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), o.root);
 }
 
 nm_status_t nccl_bcast(NcclCall &c)
@@ -243,8 +299,7 @@ nm_status_t nccl_bcast(NcclCall &c)
     size_t cnt = (size_t)o.rcount;
     char *buf = c.seg(SEG_RECV, c.op.root ? BUF_IN : BUF_OUT, 0, cnt);
     if (c.st != NM_OK) return c.st;
-    NC(nccl.ncclBroadcast(buf, buf, c.bytes(SEG_RECV, cnt), ncclInt8, o.root, c.comm(), c.s));
-    return NM_OK;
+    return c.call(NcclRec::BCAST, buf, buf, c.bytes(SEG_RECV, cnt), ncclInt8, 0, o.root);
 }
 
 nm_status_t nccl_allgather(NcclCall &c)
@@ -256,8 +311,7 @@ nm_status_t nccl_allgather(NcclCall &c)
     char *dst = c.seg(SEG_RECV, c.op.inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n);
     const char *src = c.op.inplace ? dst + rank * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
     if (c.st != NM_OK) return c.st;
-    NC(nccl.ncclAllGather(src, dst, blk, ncclInt8, c.comm(), c.s));
-    return NM_OK;
+    return c.call(NcclRec::ALLGATHER, src, dst, blk, ncclInt8);
 }
 
 nm_status_t nccl_allgatherv(NcclCall &c)
@@ -295,10 +349,7 @@ nm_status_t nccl_alltoall(NcclCall &c)
         src = c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount * n);
     }
     if (c.st != NM_OK) return c.st;
-    if (nccl.ncclAlltoAll) {
-        NC(nccl.ncclAlltoAll(src, dst, blk, ncclInt8, c.comm(), c.s));
-        return NM_OK;
-    }
+    if (nccl.ncclAlltoAll) return c.call(NcclRec::ALLTOALL, src, dst, blk, ncclInt8);
     P2P x(n);
     for (int p = 0; p < n; p++) {
         x.sp[p] = src + p * blk;
@@ -352,8 +403,7 @@ nm_status_t nccl_reduce_scatter_block(NcclCall &c)
         dst = c.seg(SEG_RECV, BUF_OUT, 0, cnt);
     }
     if (c.st != NM_OK) return c.st;
-    NC(nccl.ncclReduceScatter(src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c), c.comm(), c.s));
-    return NM_OK;
+    return c.call(NcclRec::REDUCE_SCATTER, src, dst, red_count(c, SEG_RECV, cnt), red_type(c, SEG_RECV), red_op(c));
 }
 
 nm_status_t nccl_reduce_scatter(NcclCall &c)
@@ -372,8 +422,7 @@ nm_status_t nccl_reduce_scatter(NcclCall &c)
     if (equal && !c.op.inplace) {
         char *dst = c.seg(SEG_RECV, BUF_OUT, 0, mine);
         if (c.st != NM_OK) return c.st;
-        NC(nccl.ncclReduceScatter(src, dst, red_count(c, w, mine), red_type(c, w), red_op(c), c.comm(), c.s));
-        return NM_OK;
+        return c.call(NcclRec::REDUCE_SCATTER, src, dst, red_count(c, w, mine), red_type(c, w), red_op(c));
     }
     // one reduce per block; in place the result lands in scratch and moves to the start after
     char *dst;
@@ -387,8 +436,8 @@ nm_status_t nccl_reduce_scatter(NcclCall &c)
     size_t off = 0;
     for (int p = 0; p < n; p++) {
         if (o.rcounts[p])
-            NC(nccl.ncclReduce(src + c.bytes(w, off), p == rank ? dst : nullptr, red_count(c, w, (size_t)o.rcounts[p]),
-                               red_type(c, w), red_op(c), p, c.comm(), c.s));
+            c.call(NcclRec::REDUCE, src + c.bytes(w, off), p == rank ? dst : nullptr, red_count(c, w, (size_t)o.rcounts[p]),
+                   red_type(c, w), red_op(c), p);
         off += (size_t)o.rcounts[p];
     }
     return NM_OK;
@@ -404,8 +453,7 @@ static nm_status_t gather_common(NcclCall &c, bool v)
         char *dst = root ? c.seg(SEG_RECV, inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n) : nullptr;
         const char *src = root && inplace ? dst + o.root * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
         if (c.st != NM_OK) return c.st;
-        NC(nccl.ncclGather(src, dst, blk, ncclInt8, o.root, c.comm(), c.s));
-        return NM_OK;
+        return c.call(NcclRec::GATHER, src, dst, blk, ncclInt8, 0, o.root);
     }
     P2P x(n);
     if (!(root && inplace)) {
@@ -435,8 +483,7 @@ static nm_status_t scatter_common(NcclCall &c, bool v)
         char *src = root ? c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount * n) : nullptr;
         char *dst = root && rin ? src + o.root * blk : c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
         if (c.st != NM_OK) return c.st;
-        NC(nccl.ncclScatter(src, dst, blk, ncclInt8, o.root, c.comm(), c.s));
-        return NM_OK;
+        return c.call(NcclRec::SCATTER, src, dst, blk, ncclInt8, 0, o.root);
     }
     P2P x(n);
     if (root)

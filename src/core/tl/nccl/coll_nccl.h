@@ -7,6 +7,8 @@
 #define NM_CORE_COLL_NCCL_H
 #include <stddef.h>
 
+#include <vector>
+
 #include "core/comm/process_group.h"
 #include "core/engine/op.h"
 #include "core/tl/nccl/fuse.h"
@@ -17,15 +19,23 @@ enum { SEG_SEND = 0, SEG_RECV = 1 };
 
 class NcclCall {
   public:
-    NcclCall(Op &op, ProcessGroup &pg, CUstream s, bool alone) : op(op), pg(pg), s(s), alone(alone) {}
+    NcclCall(Op &op, ProcessGroup &pg, CUstream s, bool alone, std::vector<NcclRec> *recs)
+        : op(op), pg(pg), s(s), alone(alone), recs(recs) {}
     Op &op;
     ProcessGroup &pg;
     CUstream s;
     bool alone;  // the op is launched by itself (a group of one)
+    std::vector<NcclRec> *recs;  // the launch's NCCL calls, issued after every body ran
     nm_status_t st = NM_OK;  // first failure inside seg() / scratch()
     FuseSlot *fuse = nullptr;  // an allreduce that shares an NCCL call (fuse.h): its bytes go there
 
-    ncclComm_t comm() const { return pg.nccl_comm(); }
+    // Record one NCCL call of the body (nccl_api.h, NcclRec); peer: the root, or the peer of a
+    // send or receive. The launch issues it in the group once every body of the group succeeded.
+    nm_status_t call(NcclRec::Kind k, const void *sbuf, void *rbuf, size_t count, int type, int redop = 0, int peer = -1)
+    {
+        recs->push_back(NcclRec{k, type, redop, peer, sbuf, rbuf, count});
+        return NM_OK;
+    }
     // `count` elements of the send (SEG_SEND) or receive (SEG_RECV) buffer starting `elem`
     // extents from its pointer, as dense device bytes; dir: BUF_IN / BUF_OUT / BUF_INOUT.
     char *seg(int which, int dir, size_t elem, size_t count);

@@ -65,7 +65,7 @@ bool Fusion::plan(Op *const *ops, int n, int comm_size)
 // call b's part of the group's buffer: its bytes, to a 256-byte boundary
 size_t Fusion::part(int b) const { return (total_[b] * es_[b] + 255) / 256 * 256; }
 
-nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
+nm_status_t Fusion::prepare(Op *const *ops, ProcessGroup &pg, CUstream s, std::vector<NcclRec> *recs)
 {
     std::vector<nm_copyv_region_t> &r = regions_;
     r.clear();
@@ -93,9 +93,7 @@ nm_status_t Fusion::post(Op *const *ops, ProcessGroup &pg, CUstream s)
     }
     NM_CU_CHECK(copy_regions(pg.ctx(), r.data(), r.size(), s), return NM_ERR_CUDA);
     for (int b = 0; b < ncalls_; b++)
-        NM_NCCL_CHECK(nccl.ncclAllReduce((void *)buf_[b], (void *)buf_[b], total_[b], (ncclDataType_t)type_[b],
-                                         (ncclRedOp_t)nop_[b], pg.nccl_comm(), s),
-                      return NM_ERR_NCCL);
+        recs->push_back(NcclRec{NcclRec::ALLREDUCE, type_[b], nop_[b], -1, (void *)buf_[b], (void *)buf_[b], total_[b]});
     for (int i = 0; i < n_; i++)
         if (bucket_[i] >= 0) NM_COUNT_ROUTE(ops[i]->o.fn, NCCLMPI_ROUTE_FUSED);
     __atomic_add_fetch(&nm_stats.fused_calls, (uint64_t)ncalls_, __ATOMIC_RELAXED);

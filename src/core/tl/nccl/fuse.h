@@ -1,7 +1,7 @@
 // ncclmpi: small allreduces of one launched group sharing one NCCL call (NCCLMPI_FUSE; the plan:
 // route.h, "fused"). Each fused op's body hands its dense send and receive bytes to its slot
 // instead of calling NCCL; after the group's bodies the fusion packs each call's slots into one
-// device buffer (copy-kernel launches of up to 64 regions), posts its ncclAllReduce in the group,
+// device buffer (copy-kernel launches of up to 64 regions), records its ncclAllReduce for the group,
 // and after the group's end unpacks into each op's receive bytes, before the ops' own post copies.
 #ifndef NM_CORE_TL_NCCL_FUSE_H
 #define NM_CORE_TL_NCCL_FUSE_H
@@ -12,6 +12,7 @@
 #include "core/comm/process_group.h"
 #include "core/cuda/copyv_abi.h"
 #include "core/engine/op.h"
+#include "core/tl/nccl/nccl_api.h"
 #include "route/route.h"
 
 namespace ncclmpi {
@@ -27,9 +28,10 @@ class Fusion {
     bool plan(Op *const *ops, int n, int comm_size);
     // Op i's slot, or null when it runs as its own NCCL call.
     FuseSlot *slot(int i) { return bucket_[i] >= 0 ? &slots_[i] : nullptr; }
-    // Inside the NCCL group, after every body: the calls' pack and their ncclAllReduce on s, in
-    // the process group's stream buffer (or one freed with the first fused op's scratch).
-    nm_status_t post(Op *const *ops, ProcessGroup &pg, CUstream s);
+    // After every body, before the NCCL group: the calls' pack on s, in the process group's
+    // stream buffer (or one freed with the first fused op's scratch), and their ncclAllReduce
+    // recorded in *recs (issued in the group with the bodies' calls).
+    nm_status_t prepare(Op *const *ops, ProcessGroup &pg, CUstream s, std::vector<NcclRec> *recs);
     // After the group's end: every fused op's result into its receive bytes.
     nm_status_t unpack(ProcessGroup &pg, CUstream s);
 

@@ -83,3 +83,35 @@ extern "C" __attribute__((visibility("default"))) int ncclmpi_nccl_loaded(void)
 {
     return ncclmpi::nccl_loaded() ? 1 : 0;
 }
+
+namespace ncclmpi {
+
+ncclResult_t nccl_issue(const NcclRec *recs, size_t n, ncclComm_t comm, cudaStream_t s)
+{
+    for (size_t i = 0; i < n; i++) {
+        const NcclRec &c = recs[i];
+        const ncclDataType_t t = (ncclDataType_t)c.type;
+        const ncclRedOp_t op = (ncclRedOp_t)c.op;
+        ncclResult_t r = ncclSuccess;
+        switch (c.kind) {
+        case NcclRec::ALLREDUCE: r = nccl.ncclAllReduce(c.s, c.r, c.count, t, op, comm, s); break;
+        case NcclRec::REDUCE: r = nccl.ncclReduce(c.s, c.r, c.count, t, op, c.peer, comm, s); break;
+        case NcclRec::BCAST: r = nccl.ncclBroadcast(c.s, c.r, c.count, t, c.peer, comm, s); break;
+        case NcclRec::ALLGATHER: r = nccl.ncclAllGather(c.s, c.r, c.count, t, comm, s); break;
+        case NcclRec::REDUCE_SCATTER: r = nccl.ncclReduceScatter(c.s, c.r, c.count, t, op, comm, s); break;
+        case NcclRec::ALLTOALL: r = nccl.ncclAlltoAll(c.s, c.r, c.count, t, comm, s); break;
+        case NcclRec::GATHER: r = nccl.ncclGather(c.s, c.r, c.count, t, c.peer, comm, s); break;
+        case NcclRec::SCATTER: r = nccl.ncclScatter(c.s, c.r, c.count, t, c.peer, comm, s); break;
+        case NcclRec::SEND: r = nccl.ncclSend(c.s, c.count, t, c.peer, comm, s); break;
+        case NcclRec::RECV: r = nccl.ncclRecv(c.r, c.count, t, c.peer, comm, s); break;
+        }
+        if (r != ncclSuccess && r != ncclInProgress) {
+            NM_ERROR(COLL, "NCCL call %zu of %zu of the group (kind %d, %zu elements) failed: %s (%s)", i + 1, n, (int)c.kind,
+                     c.count, nccl.ncclGetErrorString(r), nccl.ncclGetLastError ? nccl.ncclGetLastError(comm) : "");
+            return r;
+        }
+    }
+    return ncclSuccess;
+}
+
+}  // namespace ncclmpi

@@ -38,6 +38,20 @@ void nccl_connect_setup();
 nm_status_t nccl_load();
 bool nccl_loaded();
 
+// One NCCL call of a launch, recorded while the launch's bodies allocate and pack, and issued in
+// one NCCL group after all of them succeeded: a local failure (no device memory, a failed copy)
+// is then known before any NCCL call of the group is made (doc/design.md, "Failures end in
+// errors"). peer: the root, or a send's or receive's peer; -1 for none.
+struct NcclRec {
+    enum Kind : unsigned char { ALLREDUCE, REDUCE, BCAST, ALLGATHER, REDUCE_SCATTER, ALLTOALL, GATHER, SCATTER, SEND, RECV } kind;
+    int type, op, peer;
+    const void *s;
+    void *r;
+    size_t count;
+};
+// Issue recs[0..n) on comm and stream s, in order, stopping at the first failure (logged).
+ncclResult_t nccl_issue(const NcclRec *recs, size_t n, ncclComm_t comm, cudaStream_t s);
+
 }  // namespace ncclmpi
 
 #define NM_NCCL_CHECK(call, action)                                                           \
