@@ -57,3 +57,7 @@ set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETU
 # the stand-in driver): one per nonblocking call, one per explicit group, none for blocking calls
 add_test(unit_order_events sh "${S}/test/unit/order_events.sh" "${B}")
 set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# ranks passing different kinds of memory to one collective end in errors under NCCLMPI_TIMEOUT
+# (stand-in driver and NCCL; test/unit/mixed_kinds.sh)
+add_test(unit_mixed_kinds sh "${S}/test/unit/mixed_kinds.sh" "${B}")
+set_tests_properties(unit_mixed_kinds PROPERTIES LABELS "mpi" TIMEOUT 600 SKIP_RETURN_CODE 77)
