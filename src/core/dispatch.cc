@@ -852,7 +852,9 @@ extern "C" int nm_group_end(void)
 {
     if (!initialized || finalized) return MPI_SUCCESS;
     DepthGuard dg;
-    return engine_group_end();
+    const int rc = engine_group_end();
+    if (engine_group_depth() == 0) env_flush_sends();  // the group's queued sends go now
+    return rc;
 }
 
 extern "C" __attribute__((visibility("default"))) int ncclmpi_group_begin(void) { return nm_group_begin(); }

@@ -61,3 +61,6 @@ set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_
 # (stand-in driver and NCCL; test/unit/mixed_kinds.sh)
 add_test(unit_mixed_kinds sh "${S}/test/unit/mixed_kinds.sh" "${B}")
 set_tests_properties(unit_mixed_kinds PROPERTIES LABELS "mpi" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# a nonblocking device send's receive completes while the sender makes no MPI call
+add_test(unit_send_progress sh "${S}/test/unit/send_progress.sh" "${B}")
+set_tests_properties(unit_send_progress PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -626,8 +626,11 @@ static std::atomic<int> ndeferred{0};  // its size, read without a lock (a send 
 
 bool env_send_defers(const nm_op_t *o)
 {
+    // only inside an explicit group (ncclmpi_group_begin/end, whose end sends them) or with
+    // NCCLMPI_P2P_SEND_QUEUE=1: a send queued past its call leaves its receiver waiting for the
+    // sender's next MPI call, which MPI's progress rule does not let it wait for (design.md, "Limits")
     return nm_env_active && engine_may_hold() && (o->flags & NM_OPF_NB) && o->kind == NM_OPK_SEND &&
-           !(o->flags & NM_OPF_PERS) && send_mode(o->fn);
+           !(o->flags & NM_OPF_PERS) && send_mode(o->fn) && (nm_cfg.P2P_SEND_QUEUE || engine_group_depth() > 0);
 }
 
 // A nonblocking send into the queue (x: an envelope, its payload set aside in x.h, or a staged
