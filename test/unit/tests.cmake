@@ -64,3 +64,6 @@ set_tests_properties(unit_mixed_kinds PROPERTIES LABELS "mpi" TIMEOUT 600 SKIP_R
 # a nonblocking device send's receive completes while the sender makes no MPI call
 add_test(unit_send_progress sh "${S}/test/unit/send_progress.sh" "${B}")
 set_tests_properties(unit_send_progress PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
+# MPI_Finalize destroys the NCCL sides of live communicators in one order on every rank
+add_test(unit_teardown sh "${S}/test/unit/teardown.sh" "${B}")
+set_tests_properties(unit_teardown PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
