@@ -3,12 +3,14 @@
  * message to itself on host memory), every other rank B (the same); then every rank makes both
  * NCCL sides, B's first (a device MPI_Allreduce on each, checked). ncclmpi's states are then in
  * another order on rank 0 than on the others; MPI_Finalize must destroy the sides in one order on
- * every rank (NCCLMPI_LOG=DEBUG names each destroy: the script compares them).
+ * every rank (NCCLMPI_LOG=DEBUG names each destroy: the script compares them). Last, a lone
+ * MPI_Iallreduce on B, whose agreement round nobody waits for, must be complete at MPI_Finalize.
  *   teardown_prog   (NCCLMPI_CUDA_LIB: the stand-in driver, already loaded) */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "stand_in.h"
 
@@ -46,6 +48,15 @@ int main(int argc, char **argv)
     for (int i = 0; i < N; i++) in[i] = i + 1;
     bad |= !allreduce_ok(b, in, out, size);
     bad |= !allreduce_ok(a, in, out, size);
+    /* a lone nonblocking allreduce on B (launched at its call, its agreement round not awaited;
+     * rank 0 late, so the others' rounds wait for it): the round is still in flight at
+     * MPI_Finalize, which must complete it */
+    if (rank == 0) usleep(300000);
+    MPI_Request q;
+    for (int i = 0; i < N; i++) out[i] = -1;
+    MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, b, &q);
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+    for (int i = 0; i < N; i++) bad |= out[i] != size * (i + 1);
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) printf("teardown_prog: %s\n", all ? "FAIL" : "ok");

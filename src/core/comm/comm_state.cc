@@ -456,6 +456,7 @@ void comm_states_teardown()
         std::lock_guard<std::mutex> g(cs->mu);
         if (cs->pg) NM_DEBUG(INIT, "MPI_Finalize destroys the NCCL side %llx (split of %llx, #%u)", (unsigned long long)cs->side_id,
                              (unsigned long long)cs->split_of, cs->split_seq);
+        if (!cs->rounds.empty()) NM_DEBUG(INIT, "%s torn down with %zu agreement rounds in flight", cs->describe().c_str(), cs->rounds.size());
         if (cs->pg) cs->pg->destroy();
         cs->pg.reset();
         if (cs->getcap() == NM_CAP_READY || cs->getcap() == NM_CAP_FAILED) cs->cap.store(NM_CAP_UNKNOWN);

@@ -1035,6 +1035,7 @@ void engine_comm_freed(CommState *cs)
         if (cs->rounds.empty()) {
             PMPI_Comm_free(&cs->hidden);
         } else {  // freed by engine_progress once its rounds completed (nothing waits here)
+            NM_DEBUG(COLL, "%s freed with %zu agreement rounds in flight", cs->describe().c_str(), cs->rounds.size());
             to_background(cs->hidden, std::move(cs->rounds));
             cs->rounds.clear();
             cs->hidden = MPI_COMM_NULL;
