@@ -71,6 +71,15 @@ if run 3 allreduce; then
 else
   fail=1
 fi
+# every rank on device memory, rank 1 60 s late: the others' MPI_Wait for the staged
+# MPI_Iallreduce waits in the real MPI's request, marked fatal: the job ends at 1.5 x 5 + 1 s
+if run 2 late; then
+  grep -q "^\[ncclmpi r0\] ERROR CALL MPI_Wait has waited [0-9]* s for its device requests (NCCLMPI_TIMEOUT=5)" "$d/all" ||
+    bad "late, 2 ranks: rank 0's MPI_Wait did not end with the expected error"
+  echo "mixed_kinds: late peer, 2 ranks: rank 0's MPI_Wait ended the job in $took s"
+else
+  fail=1
+fi
 # a device each, NCCL communicators on the stand-in NCCL, made first on device memory everywhere
 export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 NCCLMPI_ONESHOT=0
 MODE="NCCL route" WARM=warm expect_all 3 allreduce "MPI_Allreduce on"

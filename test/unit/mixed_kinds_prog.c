@@ -4,7 +4,9 @@
  * ncclmpi takes as device memory too: the stand-in has none of its own). Without
  * NCCLMPI_AGREE=1 this breaks ncclmpi's contract (doc/design.md, "Memory kind"): the call must
  * then end in an error on every rank within NCCLMPI_TIMEOUT (the script sets it), never hang.
- *   mixed_kinds_prog allreduce|bcast|iallreduce [return [LINGER_S]] [warm]
+ *   mixed_kinds_prog allreduce|bcast|iallreduce|late [return [LINGER_S]] [warm]
+ * "late": every rank device memory in an MPI_Iallreduce (staged where the ranks share the GPU),
+ * rank 1 joining 60 s late: the others' MPI_Wait must end under NCCLMPI_TIMEOUT.
  * "return": MPI_ERRORS_RETURN on MPI_COMM_WORLD; each rank prints the error it got
  * ("mixed_kinds_prog: rank R: MPI_X failed: <text>") and exits LINGER_S seconds later (so that
  * a rank still waiting inside the real MPI can end its own wait before the job is stopped).
@@ -65,8 +67,9 @@ int main(int argc, char **argv)
                 return 1;
             }
     }
-    int *in = rank == 1 ? malloc(N * sizeof(int)) : (int *)bufs[0];
-    int *out = rank == 1 ? malloc(N * sizeof(int)) : (int *)bufs[1];
+    const int late = !strcmp(call, "late"), host = rank == 1 && !late;
+    int *in = host ? malloc(N * sizeof(int)) : (int *)bufs[0];
+    int *out = host ? malloc(N * sizeof(int)) : (int *)bufs[1];
     for (int i = 0; i < N; i++) in[i] = rank * 7 + i, out[i] = -1;  /* (stand-in device memory is host memory) */
     int rc, bad = 0;
     const double t0 = MPI_Wtime();
@@ -77,7 +80,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < N && !bad; i++) bad = in[i] != i;
     } else {
         MPI_Request q;
-        const int nb = !strcmp(call, "iallreduce");
+        const int nb = !strcmp(call, "iallreduce") || late;
+        if (late && rank == 1) sleep(60);
         rc = nb ? MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q)
                 : MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         if (rc == MPI_SUCCESS && nb) rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
