@@ -17,6 +17,7 @@
 #include "core/cuda/memkind.h"
 #include "core/dtype/buffers.h"
 #include "core/dtype/layout.h"
+#include "core/engine/deadline.h"
 #include "core/engine/engine.h"
 #include "core/engine/task.h"
 #include "core/nvtx.h"
@@ -134,7 +135,7 @@ static void check_settings_agree()
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
              "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu "
-             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld CONNECT=%s/%ld",
+             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld CONNECT=%s/%ld TIMEOUT>0=%d",
              nm_cfg.DISABLE,
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
@@ -142,7 +143,8 @@ static void check_settings_agree()
              nm_cfg.ONESHOT, (size_t)nm_cfg.ONESHOT_MAX, kernels_built() ? 1 : 0, nm_cfg.P2P_ENVELOPE,
              (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg.SHARED_GPU, (size_t)nm_cfg.SHARED_MIN,
              nm_cfg_from_env("SHARED_MIN"), (size_t)nm_cfg.SHARED_SLOT, nm_cfg.FUSE, (size_t)nm_cfg.FUSE_MAX,
-             nm_cfg.FUSE_MIN, nm_cfg.CONNECT, nm_cfg.CONNECT_PEERS);
+             nm_cfg.FUSE_MIN, nm_cfg.CONNECT, nm_cfg.CONNECT_PEERS,
+             nm_cfg.TIMEOUT > 0);  // (the NCCLMPI_AGREE vote is nonblocking with a timeout: route_vote)
     long long mine[2], all[2] = {0, 0};
     nm_same_put(mine, nm_hash_str(text));
     world_max(mine, all, 2, "ncclmpi's settings check");
@@ -423,6 +425,26 @@ static bool keeps_queued_envelopes(const nm_op_t *o)
            (o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV || env_send_defers(o));
 }
 
+// NCCLMPI_AGREE=1: every rank's route input in.vote, agreed on o->comm (one host allreduce; a
+// nonblocking one under NCCLMPI_TIMEOUT, whose setting every rank shares: check_settings_agree).
+// false with *rc: the vote failed or ran out (the communicator is FAILED on this rank).
+static bool route_vote(nm_op_t *o, CommState *cs, nm_route_in_t *in, int *rc)
+{
+    static const char why[] = "agreeing on the route with the other ranks, as NCCLMPI_AGREE=1 asks";
+    int vote = nm_route_vote(in), all = 0;
+    WaitWatch w(nm_fn_names[o->fn], why);
+    if (nm_cfg.TIMEOUT <= 0) {
+        PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
+    } else if (std::string err; agree_min(vote, &all, o->comm, cs->describe(), "the NCCLMPI_AGREE route vote", &err) != NM_OK) {
+        cs->why_failed = err;
+        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+        *rc = raise_error(o, NM_ERR_TIMEOUT, err);
+        return false;
+    }
+    in->vote = all;
+    return true;
+}
+
 // nm_enter without the core's own call of the real MPI: an Enter (scratch: envelope_host's)
 static int enter(nm_op_t *o, int *rc, void *scratch)
 {
@@ -477,12 +499,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     nm_route_in_t in = route_input(x, cs, c);
     if (agree && !(o->flags & NM_OPF_NB) && in.cap != NM_CAP_INTER) {  // every rank votes, host ranks too
         nm_flush();  // (a blocking collective: nothing stays queued while it waits for the peers)
-        int vote = nm_route_vote(&in), all = 0;
-        {
-            WaitWatch w(nm_fn_names[o->fn], "agreeing on the route with the other ranks, as NCCLMPI_AGREE=1 asks");
-            PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
-        }
-        in.vote = all;
+        if (!route_vote(o, cs, &in, rc)) return ENTER_DONE;
     }
     nm_decision_t d = nm_route(&in);
     // the application reset a device ncclmpi worked on (cuda_api.h): refused before anything
@@ -508,6 +525,10 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             std::lock_guard<std::mutex> g(cs->mu);
             if (create) comm_create(cs, creation_device(cs, c));
             else comm_connect_peers(cs);
+        }
+        if (create && cs->getcap() == NM_CAP_FAILED && !cs->why_failed.empty()) {  // an agreement ran out here
+            *rc = raise_error(o, NM_ERR_TIMEOUT, cs->why_failed);
+            return ENTER_DONE;
         }
         in.cap = cs->getcap();
         in.peers_cold = peers_cold(cs, in.kind, in.cap);
@@ -542,6 +563,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     const bool op_replaced = ((d.route == NCCLMPI_ROUTE_STAGED && !shared) || (d.route == NCCLMPI_ROUTE_HOST && agree)) &&
                              use_wrapping_sum8(o, x.rd ? x.rd : x.sd);
     if (d.route == NCCLMPI_ROUTE_HOST) {  // the wrapper calls the real MPI (hot path: nothing more)
+        if (NM_UNLIKELY(nm_cfg.TIMEOUT > 0) && coll && !(o->flags & (NM_OPF_NB | NM_OPF_PERS))) {
+            // a peer may wait elsewhere for good (its device path), and nothing ends this call
+            // but the job's end: its wait is marked fatal (enter_real; util/watchdog.h)
+            o->flags |= NM_OPF_WATCH;
+            if (!env_on() || env_receive_exempt(o, x.rd)) return ENTER_REAL;
+        }
         if (NM_UNLIKELY(env_on())) {
             env_gate_hold(o);
             if (!env_receive_exempt(o, x.rd)) {
@@ -583,7 +610,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         note_staged(o, d.why);
         nm_pipe_t pipe;
         if (stage_pipeline_applies(x, &pipe)) {
-            WaitWatch w(nm_fn_names[o->fn], stage_wait_reason);
+            WaitWatch w(nm_fn_names[o->fn], stage_wait_reason, true, cs ? cs->id : -1);
             std::string why;
             nm_status_t st = stage_pipelined(x, pipe, c.device, rc, &why);
             if (st != NM_OK) *rc = raise_error(o, st, why);
@@ -613,7 +640,8 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     case NCCLMPI_ROUTE_ERROR: {
         nm_status_t st = d.why == NM_WHY_PERSISTENT_COLL ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
         std::string why = nm_why_str(d.why);
-        if (d.why == NM_WHY_FAILED && cs) why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : "") + "]";
+        if (d.why == NM_WHY_FAILED && cs)
+            why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : !cs->why_failed.empty() ? ": " + cs->why_failed : "") + "]";
         *rc = raise_error(o, st, why);
         return ENTER_DONE;
     }
@@ -693,6 +721,8 @@ int real_done(nm_op_t *o, int rc)
 }
 }  // namespace ncclmpi
 
+static const char host_wait_reason[] = "in the real MPI, its buffers in host memory on this rank";
+
 // The real MPI's call of o from its descriptor (under the receive gate, which it drops, when
 // `gated`), at depth 0, as the wrapper's own call would be (a user op or error handler that calls
 // MPI inside it is seen as usual), then the copy back or the decode; a blocking staged call is
@@ -700,8 +730,11 @@ int real_done(nm_op_t *o, int rc)
 // replaced, waits as host calls do: unwatched)
 static inline __attribute__((always_inline)) int enter_real(nm_op_t *o, int *rc, bool gated)
 {
-    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & NM_OPF_STAGED);
-    if (watch) nm_wd_begin(nm_fn_names[o->fn], stage_wait_reason);
+    const bool watch = !(o->flags & (NM_OPF_NB | NM_OPF_PERS)) && (o->flags & (NM_OPF_STAGED | NM_OPF_WATCH));
+    if (watch) {
+        const int id = o->comm != MPI_COMM_NULL ? comm_state(o->comm)->id : -1;
+        nm_wd_begin_fatal(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? stage_wait_reason : host_wait_reason, id);
+    }
     *rc = real_done(o, gated ? env_gate_post(o) : nm_real_fns[o->fn](o));
     if (watch) nm_wd_end();
     return 1;
@@ -762,6 +795,7 @@ extern "C" void nm_before_finalize(void)
         WaitWatch w("Finalize", "for ncclmpi's operations still in flight");
         tasks_drain();
         engine_drain();
+        comm_states_drain_rounds();
         env_drain();
     }
     nm_wd_stop();
@@ -795,7 +829,13 @@ extern "C" void nm_stream_comm_connect(MPI_Comm comm, int device)
     int have = device >= 0 && cuda_attached(), all = 0;
     {
         WaitWatch w("MPIX_Stream_comm_create", "for the other ranks, to make the NCCL communicator of the stream's");
-        PMPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, comm);
+        std::string err;
+        if (agree_min(have, &all, comm, cs->describe(), "checking that every rank attached a CUDA stream", &err) != NM_OK) {
+            cs->why_failed = err;
+            cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+            nm_raise_call("MPIX_Stream_comm_create", MPI_ERR_OTHER, err.c_str(), comm, MPI_FILE_NULL, MPI_WIN_NULL);
+            return;
+        }
         if (!all) return;
         nm_flush();
         std::lock_guard<std::mutex> g(cs->mu);
@@ -814,7 +854,9 @@ extern "C" int nm_group_end(void)
 {
     if (!initialized || finalized) return MPI_SUCCESS;
     DepthGuard dg;
-    return engine_group_end();
+    const int rc = engine_group_end();
+    if (engine_group_depth() == 0) env_flush_sends();  // the group's queued sends go now
+    return rc;
 }
 
 extern "C" __attribute__((visibility("default"))) int ncclmpi_group_begin(void) { return nm_group_begin(); }

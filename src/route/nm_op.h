@@ -94,6 +94,8 @@ enum {
     NM_OPF_DECODE_CALLER = 1u << 5, /* with NM_OPF_DECODE: its decoding state lives in the caller's frame */
     NM_OPF_TASK = 1u << 6,    /* a call ncclmpi runs for itself (NB): its request is a task or the real MPI's own,
                                  never one that only the Wait and Test wrappers complete (own_request_done) */
+    NM_OPF_WATCH = 1u << 7,   /* a blocking collective the real MPI runs on this rank's host buffers, under
+                                 NCCLMPI_TIMEOUT: its wait there is marked fatal (util/watchdog.h) */
 };
 
 struct nm_stage;

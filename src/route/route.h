@@ -262,6 +262,10 @@ typedef struct {
     int kind;                 /* NM_OPK_* */
     unsigned flags;           /* NM_OPF_* */
     int send_mode;            /* MPI_Send/Ssend/Rsend or their I-forms */
+    int queue;                /* inside an explicit group (its end sends them) or
+                                 NCCLMPI_P2P_SEND_QUEUE=1: a send queued past its call otherwise
+                                 leaves its receiver waiting for the sender's next MPI call, which
+                                 MPI's progress rule does not allow */
 } nm_defer_in_t;
 int nm_env_send_defers(const nm_defer_in_t *in);
 

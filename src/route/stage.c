@@ -56,5 +56,5 @@ int nm_shared_applies(const nm_shared_in_t *in)
 int nm_env_send_defers(const nm_defer_in_t *in)
 {
     return in->env_active && in->may_hold && (in->flags & NM_OPF_NB) && in->kind == NM_OPK_SEND &&
-           !(in->flags & NM_OPF_PERS) && in->send_mode;
+           !(in->flags & NM_OPF_PERS) && in->send_mode && in->queue;
 }

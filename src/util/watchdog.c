@@ -2,6 +2,7 @@
  * thread reads the slots and never writes them but for the "warned" generation. */
 #include "util/watchdog.h"
 
+#include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -17,12 +18,30 @@ typedef struct {
     _Atomic(unsigned long) warned;  /* the generation last warned about */
     _Atomic(const char *) call;
     _Atomic(const char *) where;
+    atomic_int fatal;             /* inside a blocking call of the real MPI (watchdog.h) */
+    atomic_int comm;              /* its communicator's id, or -1 */
 } wd_slot_t;
 
 static wd_slot_t slots[WD_SLOTS];
 static atomic_int nslots;
 static __thread int my_slot __attribute__((tls_model("initial-exec"))) = -1;  /* -2: no slot left for this thread */
 static atomic_ulong nwarned;
+/* the calling thread's wait, as its last begin named it (nm_wd_current; kept without a slot too) */
+static __thread const char *cur_call __attribute__((tls_model("initial-exec")));
+static __thread const char *cur_where __attribute__((tls_model("initial-exec")));
+
+double nm_wd_fatal_after(void) { return nm_cfg.TIMEOUT > 0 ? 1.5 * (double)nm_cfg.TIMEOUT + 1.0 : 0.0; }
+
+/* A fatal wait ran out: nothing can end the real MPI's call but the job's end. */
+static void fatal_abort(const char *call, const char *where, int comm, double waited)
+{
+    char c[32] = "";
+    if (comm >= 0) snprintf(c, sizeof(c), " on comm%d", comm);
+    NM_ERROR(CALL, "MPI_%s%s has waited %.0f s %s (NCCLMPI_TIMEOUT=%ld), where ncclmpi cannot end the call: ranks "
+             "may have passed different kinds of memory (see NCCLMPI_AGREE), or a rank is gone or not calling it; "
+             "aborting the job", call ? call : "?", c, waited, where ? where : "", nm_cfg.TIMEOUT);
+    PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_OTHER);
+}
 
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -36,10 +55,14 @@ static void scan(double now)
     for (int i = 0; i < n && i < WD_SLOTS; i++) {
         wd_slot_t *s = &slots[i];
         const unsigned long g = atomic_load(&s->gen);
-        const double since = atomic_load(&s->since);
-        if (since <= 0 || now - since < (double)nm_cfg.WARN_AFTER || atomic_load(&s->warned) == g) continue;
+        const double since = atomic_load(&s->since), fa = nm_wd_fatal_after();
+        if (since <= 0) continue;
+        const int fatal = atomic_load(&s->fatal) && fa > 0 && now - since >= fa;
+        if (!fatal && (nm_cfg.WARN_AFTER <= 0 || now - since < (double)nm_cfg.WARN_AFTER || atomic_load(&s->warned) == g))
+            continue;
         const char *call = atomic_load(&s->call), *where = atomic_load(&s->where);
         if (atomic_load(&s->gen) != g || atomic_load(&s->since) != since) continue;  /* it moved on */
+        if (fatal) fatal_abort(call, where, atomic_load(&s->comm), now - since);
         atomic_store(&s->warned, g);
         atomic_fetch_add(&nwarned, 1);
         NM_WARN(CALL, "MPI_%s has waited %.0f s %s (NCCLMPI_WARN_AFTER=%ld): a rank that has not made the "
@@ -77,9 +100,11 @@ static void start(void)
     pthread_attr_destroy(&a);
 }
 
-void nm_wd_begin(const char *call, const char *where)
+static void begin(const char *call, const char *where, int fatal, int comm)
 {
-    if (nm_cfg.WARN_AFTER <= 0) return;
+    cur_call = call;
+    cur_where = where;
+    if (nm_cfg.WARN_AFTER <= 0 && (!fatal || nm_cfg.TIMEOUT <= 0)) return;
     if (my_slot < 0) {
         if (my_slot == -2) return;
         const int i = atomic_fetch_add(&nslots, 1);
@@ -95,12 +120,24 @@ void nm_wd_begin(const char *call, const char *where)
     atomic_fetch_add(&s->gen, 1);
     atomic_store(&s->call, call);
     atomic_store(&s->where, where);
+    atomic_store(&s->fatal, fatal);
+    atomic_store(&s->comm, comm);
     atomic_store(&s->since, nm_now_s());
 }
 
+void nm_wd_begin(const char *call, const char *where) { begin(call, where, 0, -1); }
+void nm_wd_begin_fatal(const char *call, const char *where, int comm_id) { begin(call, where, 1, comm_id); }
+
 void nm_wd_end(void)
 {
+    cur_call = cur_where = NULL;
     if (my_slot >= 0) atomic_store(&slots[my_slot].since, 0.0);
+}
+
+void nm_wd_current(const char **call, const char **where)
+{
+    *call = cur_call;
+    *where = cur_where;
 }
 
 void nm_wd_stop(void)

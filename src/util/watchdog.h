@@ -1,10 +1,14 @@
 /* ncclmpi: the wait watchdog. A wait ncclmpi makes that can last as long as a peer stays away
  * (a device-buffer call staged through the real MPI, a communicator's NCCL creation, the
  * NCCLMPI_AGREE=1 route vote, ncclmpi's own MPI_Wait loops, MPI_Finalize's drain) is marked by the waiting thread; a background thread, started at the first
- * mark when NCCLMPI_WARN_AFTER > 0, warns once per wait that lasts longer than that many seconds,
+ * mark when NCCLMPI_WARN_AFTER > 0 or NCCLMPI_TIMEOUT > 0, warns once per wait that lasts longer than that many seconds,
  * naming the call and where it waits, so that a job stuck on a missing or dead peer says where.
- * The background thread makes no MPI or CUDA call; marking is two stores and a clock read.
- * (Waits on the NCCL route warn from their own polling loop.) */
+ * A wait marked *fatal* is one inside a blocking call of the real MPI, which nothing can end but
+ * the job's end: with NCCLMPI_TIMEOUT=T it aborts the job (PMPI_Abort, after an ERROR line naming
+ * the call, where it waits and the likely causes) once it has waited 1.5 T + 1 s, so that the
+ * ranks whose own waits can end (at T: ncclmpi's polled waits, core/engine/deadline.h) report
+ * their errors first. Otherwise the background thread makes no MPI or CUDA call; marking is a few
+ * stores and a clock read. (Waits on the NCCL route warn from their own polling loop.) */
 #ifndef NM_UTIL_WATCHDOG_H
 #define NM_UTIL_WATCHDOG_H
 #ifdef __cplusplus
@@ -15,7 +19,14 @@ extern "C" {
  * reason `where` (a string that outlives the wait). Waits do not nest: an inner begin replaces
  * the outer one, and its end ends both. */
 void nm_wd_begin(const char *call, const char *where);
+/* The same for a wait inside a blocking call of the real MPI (fatal, above) on ncclmpi's
+ * communicator comm_id (CommState::id; -1: none) */
+void nm_wd_begin_fatal(const char *call, const char *where, int comm_id);
 void nm_wd_end(void);
+/* The calling thread's wait now (as its last begin named it), or NULLs */
+void nm_wd_current(const char **call, const char **where);
+/* How long a fatal wait lasts before the job is aborted (seconds; 0: never) */
+double nm_wd_fatal_after(void);
 /* MPI_Finalize: the background thread stops. */
 void nm_wd_stop(void);
 /* Warnings given so far (tests). */
@@ -27,7 +38,11 @@ namespace ncclmpi {
 // A wait of the calling thread, for the scope of this object.
 class WaitWatch {
 public:
-    WaitWatch(const char *call, const char *where) { nm_wd_begin(call, where); }
+    WaitWatch(const char *call, const char *where, bool fatal = false, int comm_id = -1)
+    {
+        if (fatal) nm_wd_begin_fatal(call, where, comm_id);
+        else nm_wd_begin(call, where);
+    }
     ~WaitWatch() { nm_wd_end(); }
     WaitWatch(const WaitWatch &) = delete;
     WaitWatch &operator=(const WaitWatch &) = delete;

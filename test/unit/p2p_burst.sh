@@ -17,4 +17,11 @@ for np in 2 3; do
   FAKE_CUDA_IPC=1 FAKE_CUDA_KERNELS=1 P2P_BURST_KERNELS=1 NCCLMPI_P2P_ENVELOPE=device \
     stand_in_run p2p_burst_prog "$b" "$d" "NCCLMPI_P2P_ENVELOPE=device, CUDA IPC and kernels" $np "$prog" || fail=1
 done
+# NCCLMPI_P2P_SEND_QUEUE=1: the sends wait in the send queue until the next call (by default
+# they go at their calls: test/unit/send_progress.sh), their copies batched at the flush
+for np in 2 3; do
+  NCCLMPI_P2P_SEND_QUEUE=1 NCCLMPI_P2P_ENVELOPE=host stand_in_run p2p_burst_prog "$b" "$d" "NCCLMPI_P2P_SEND_QUEUE=1, host envelopes" $np "$prog" || fail=1
+  FAKE_CUDA_IPC=1 FAKE_CUDA_KERNELS=1 P2P_BURST_KERNELS=1 NCCLMPI_P2P_ENVELOPE=device NCCLMPI_P2P_SEND_QUEUE=1 \
+    stand_in_run p2p_burst_prog "$b" "$d" "NCCLMPI_P2P_SEND_QUEUE=1, device envelopes, CUDA IPC and kernels" $np "$prog" || fail=1
+done
 exit $fail

@@ -663,7 +663,7 @@ static void test_stage_paths(void)
     sh.force_staged = 1;
     CHECK(!nm_shared_applies(&sh));
 
-    nm_defer_in_t df = {1, 1, NM_OPK_SEND, NM_OPF_NB, 1};
+    nm_defer_in_t df = {1, 1, NM_OPK_SEND, NM_OPF_NB, 1, 1};
     CHECK(nm_env_send_defers(&df));
     df.may_hold = 0; /* MPI_THREAD_MULTIPLE */
     CHECK(!nm_env_send_defers(&df));
@@ -680,6 +680,9 @@ static void test_stage_paths(void)
     CHECK(!nm_env_send_defers(&df));
     df.send_mode = 1;
     df.kind = NM_OPK_RECV;
+    CHECK(!nm_env_send_defers(&df));
+    df.kind = NM_OPK_SEND;
+    df.queue = 0; /* outside a group, no NCCLMPI_P2P_SEND_QUEUE: sent at its call (progress rule) */
     CHECK(!nm_env_send_defers(&df));
 }
 

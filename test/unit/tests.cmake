@@ -63,3 +63,13 @@ set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_
 # the same error class, a fresh communicator works after (test/unit/fail_inject.sh)
 add_test(unit_fail_inject sh "${S}/test/unit/fail_inject.sh" "${B}")
 set_tests_properties(unit_fail_inject PROPERTIES LABELS "mpi" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# ranks passing different kinds of memory to one collective end in errors under NCCLMPI_TIMEOUT
+# (stand-in driver and NCCL; test/unit/mixed_kinds.sh)
+add_test(unit_mixed_kinds sh "${S}/test/unit/mixed_kinds.sh" "${B}")
+set_tests_properties(unit_mixed_kinds PROPERTIES LABELS "mpi" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# a nonblocking device send's receive completes while the sender makes no MPI call
+add_test(unit_send_progress sh "${S}/test/unit/send_progress.sh" "${B}")
+set_tests_properties(unit_send_progress PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
+# MPI_Finalize destroys the NCCL sides of live communicators in one order on every rank
+add_test(unit_teardown sh "${S}/test/unit/teardown.sh" "${B}")
+set_tests_properties(unit_teardown PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)

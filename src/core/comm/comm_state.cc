@@ -16,6 +16,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/engine/deadline.h"
 #include "core/engine/engine.h"
 #include "core/tl/oneshot/oneshot.h"
 #include "core/tl/p2p/envelope.h"
@@ -184,17 +185,23 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
 // initialization: nccl_api.cc). Every rank reads the same size and settings, so all connect alike
 // or none does; false on every rank when one failed (connect() agrees on its buffer before any
 // NCCL call and on each call before the next). doc/design.md, "Connected at creation".
-static bool connect_agreed(ProcessGroup *pg, MPI_Comm comm, bool algorithms, bool peers, bool ready = true)
+static int connect_agreed(ProcessGroup *pg, MPI_Comm comm, bool algorithms, bool peers, bool ready = true)
 {
     int ok = pg->connect(algorithms, peers, comm, ready) == NM_OK, all_ok = 0;
-    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    std::string err;
+    if (agree_min(ok, &all_ok, comm, pg->describe(), "connecting its NCCL communicator", &err) != NM_OK) {
+        pg->fail(err);
+        return -1;
+    }
     if (!all_ok) pg->fail("connecting the ranks failed on some rank");
     return all_ok != 0;
 }
 
-static bool connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
+// 1: connected (or nothing to connect), 0: failed on some rank (agreed), -1: the agreement did not
+// complete (pg failed with the reason)
+static int connect_now(ProcessGroup *pg, MPI_Comm comm, int size)
 {
-    if (connect_mode() == CONNECT_LAZY || size < 2) return true;
+    if (connect_mode() == CONNECT_LAZY || size < 2) return 1;
     return connect_agreed(pg, comm, connect_mode() != CONNECT_ALL, size <= nm_cfg.CONNECT_PEERS);
 }
 
@@ -202,11 +209,31 @@ void comm_connect_peers(CommState *cs)
 {
     ProcessGroup *pg = cs->pg.get();
     if (!pg || pg->peers_connected()) return;
-    PMPI_Barrier(cs->comm);  // every rank is here, each having had the real MPI progressed
+    std::string err;  // every rank is here, each having had the real MPI progressed
+    if (agree_barrier(cs->comm, cs->describe(), "connecting its NCCL sends and receives", &err) != NM_OK) {
+        pg->fail(err);
+        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+        return;
+    }
     // (its launches so far finish first: its NCCL work stays in issue order on one stream)
     const bool drained = !pg->last_stream || pg->last_stream == pg->stream() ||
                          cu.cuStreamSynchronize(pg->last_stream) == CUDA_SUCCESS;
-    if (!connect_agreed(pg, cs->comm, false, true, drained)) cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+    if (connect_agreed(pg, cs->comm, false, true, drained) != 1) cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+}
+
+static const char kCreating[] = "creating its NCCL communicator";
+
+// One of the creation's agreements failed or ran out (core/engine/deadline.h): cs is FAILED on
+// this rank, what pg made is aborted, and every device call on cs fails with `why`.
+static void creation_failed(CommState *cs, std::unique_ptr<ProcessGroup> pg, SideHeld *held, const std::string &why)
+{
+    if (held) side_settle(cs, held, 0);
+    if (pg) {
+        pg->fail(why);
+        pg->destroy();
+    }
+    cs->why_failed = why;
+    cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
 }
 
 void comm_create(CommState *cs, int device)
@@ -229,7 +256,9 @@ void comm_create(CommState *cs, int device)
     snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
     SideHeld *held = side_offer(cs, device, &mine.side);
     std::vector<Readiness> all(cs->size);
-    PMPI_Allgather(&mine, sizeof(Readiness), MPI_BYTE, all.data(), sizeof(Readiness), MPI_BYTE, cs->comm);
+    std::string err;
+    if (agree_allgather(&mine, all.data(), sizeof(Readiness), cs->comm, cs->describe(), kCreating, &err) != NM_OK)
+        return creation_failed(cs, std::move(pg), held, err);
     // From here every decision reads the table only, so every rank makes the same one.
     std::vector<SideOffer> offers(cs->size);
     for (int i = 0; i < cs->size; i++) offers[i] = all[i].side;
@@ -284,17 +313,23 @@ void comm_create(CommState *cs, int device)
     memset(&init, 0, sizeof(init));
     init.ok = pg->open(&why) && (cs->rank != 0 || nccl.ncclGetUniqueId(&init.id) == ncclSuccess);
     std::vector<Init> inits(cs->size);
-    PMPI_Allgather(&init, sizeof(Init), MPI_BYTE, inits.data(), sizeof(Init), MPI_BYTE, cs->comm);
+    if (agree_allgather(&init, inits.data(), sizeof(Init), cs->comm, cs->describe(), kCreating, &err) != NM_OK)
+        return creation_failed(cs, std::move(pg), nullptr, err);
     for (int i = 0; i < cs->size; i++)
         if (!inits[i].ok) return set_staged(cs, "rank %d: %s", i, i == 0 ? "no NCCL unique id or stream" : "cannot create a CUDA stream");
     int ok = pg->init_with_id(inits[0].id) == NM_OK, all_ok = 0;
-    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, cs->comm);
+    if (agree_min(ok, &all_ok, cs->comm, cs->describe(), kCreating, &err) != NM_OK)
+        return creation_failed(cs, std::move(pg), nullptr, err);
     if (!all_ok) {
         if (ok) pg->fail("NCCL initialization failed on another rank");
         pg->destroy();
         return set_staged(cs, "", -1, "ncclCommInitRank failed on some rank");
     }
-    if (!connect_now(pg.get(), cs->comm, cs->size)) {
+    if (const int c = connect_now(pg.get(), cs->comm, cs->size); c != 1) {
+        if (c < 0) {
+            const std::string why = pg->fail_reason();
+            return creation_failed(cs, std::move(pg), nullptr, why);
+        }
         pg->destroy();
         return set_staged(cs, "", -1, "connecting the ranks failed on some rank");
     }
@@ -357,7 +392,9 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
         DeviceGuard dg(ppg->ctx());
         ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess && !pg;
     }
-    PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, parent);
+    std::string err;
+    if (agree_min(ok, &all_ok, parent, ps->describe(), "splitting the NCCL communicator (NCCLMPI_EAGER)", &err) != NM_OK)
+        all_ok = 0;  // (the child's creation at its first use runs out the same way)
     if (!cs || cs->inter) return all_ok != 0;
     if (!all_ok) {
         if (pg) {
@@ -366,7 +403,7 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
         }
         return false;
     }
-    if (!connect_now(pg.get(), child, cs->size)) {
+    if (connect_now(pg.get(), child, cs->size) != 1) {
         pg->destroy();
         return false;
     }
@@ -375,6 +412,8 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
     std::lock_guard<std::mutex> g(cs->mu);
     if (nm_cfg.COALESCE) PMPI_Comm_dup(child, &cs->hidden);
     cs->pg = std::move(pg);
+    cs->split_of = ps->side_id;
+    cs->split_seq = ++ps->splits;
     cs->cap.store(NM_CAP_READY, std::memory_order_release);
     return true;
 }
@@ -391,13 +430,27 @@ void comm_state_created(MPI_Comm parent, MPI_Comm child)
     if (cs->inter) return;
     int dev = eager_device(child);
     int have = dev >= 0, all_have = 0;  // every member must take part, also those without a device
-    PMPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, child);
+    std::string err;
+    if (agree_min(have, &all_have, child, cs->describe(), "checking that every rank has a device (NCCLMPI_EAGER)", &err) != NM_OK)
+        return creation_failed(cs, nullptr, nullptr, err);
     if (!all_have) {
         NM_INFO(INIT, "NCCLMPI_EAGER: a rank has no current CUDA device; NCCL communicator made at first use");
         return;
     }
     std::lock_guard<std::mutex> g(cs->mu);
     comm_create(cs, dev);
+}
+
+// MPI_Finalize's order of destruction, the same on every rank for the communicators it shares:
+// split children first (a child shares its parent's NCCL resources), newest split of a parent
+// first; then by agreed side id, descending (not the order this process made them in, which
+// differs between ranks). Communicators without an NCCL side go anywhere.
+static bool destroyed_before(const CommState *a, const CommState *b)
+{
+    if ((a->split_of != 0) != (b->split_of != 0)) return a->split_of != 0;
+    if (a->split_of != b->split_of) return a->split_of > b->split_of;
+    if (a->split_seq != b->split_seq) return a->split_seq > b->split_seq;
+    return a->side_id > b->side_id;
 }
 
 void comm_states_teardown()
@@ -407,15 +460,28 @@ void comm_states_teardown()
         std::lock_guard<std::mutex> g(states_mu);
         all = states;
     }
-    // children (created later) before parents: split comms share their parent's resources
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
-        CommState *cs = *it;
+    std::stable_sort(all.begin(), all.end(), destroyed_before);
+    for (CommState *cs : all) {
         std::lock_guard<std::mutex> g(cs->mu);
+        if (cs->pg) NM_DEBUG(INIT, "MPI_Finalize destroys the NCCL side %llx (split of %llx, #%u)", (unsigned long long)cs->side_id,
+                             (unsigned long long)cs->split_of, cs->split_seq);
+        if (!cs->rounds.empty()) NM_DEBUG(INIT, "%s torn down with %zu agreement rounds in flight", cs->describe().c_str(), cs->rounds.size());
         if (cs->pg) cs->pg->destroy();
         cs->pg.reset();
         if (cs->getcap() == NM_CAP_READY || cs->getcap() == NM_CAP_FAILED) cs->cap.store(NM_CAP_UNKNOWN);
     }
     side_cache_teardown();  // after the live ones: a kept group may be a live split child's parent
+}
+
+void comm_states_drain_rounds()
+{
+    std::vector<CommState *> all;
+    {
+        std::lock_guard<std::mutex> g(states_mu);
+        all = states;
+    }
+    for (CommState *cs : all)
+        if (cs->hidden != MPI_COMM_NULL) engine_rounds_drain(cs);
 }
 
 }  // namespace ncclmpi

@@ -40,6 +40,7 @@ struct CommState {
     std::unique_ptr<ProcessGroup> pg;
     MPI_Comm hidden = MPI_COMM_NULL;
     std::string why_staged;
+    std::string why_failed;  // FAILED by one of its agreements (core/engine/deadline.h), before a process group held a reason
     SharedWin *shared = nullptr;  // ranks sharing GPUs: the agreed window (tl/shared/shared_gpu.h)
     Neighbors *neigh = nullptr;   // neighbourhood collectives as point-to-point (tl/p2p/neighbor.h)
     // the device side's agreed id and device, and the processes in order (comm/side_cache.h)
@@ -47,6 +48,10 @@ struct CommState {
     int side_device = -1;
     std::vector<int> world;
     bool world_known = false;
+    // NCCLMPI_EAGER's split children: the parent's side id and which of its splits (agreed: every
+    // rank of the parent splits it in the same order); the order of MPI_Finalize's destroys
+    uint64_t split_of = 0;
+    uint32_t split_seq = 0, splits = 0;
 
     // engine (engine.cc), under mu
     std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order
@@ -76,8 +81,11 @@ void comm_connect_peers(CommState *cs);
 void comm_state_created(MPI_Comm parent, MPI_Comm child);
 // Drop one reference; the last one destroys the process group and the state.
 void comm_release(CommState *cs);
-// Destroy every process group (children before parents) before the real MPI_Finalize.
+// Destroy every process group (children before parents, in an order every rank shares) before
+// the real MPI_Finalize.
 void comm_states_teardown();
+// MPI_Finalize: every live communicator's agreement rounds still in flight completed.
+void comm_states_drain_rounds();
 int world_rank();
 // MPI_Init's start-up reductions (ncclmpi's own, before the application's first call): the
 // maximum of each of mine[0..n) over MPI_COMM_WORLD into all. A rank without ncclmpi never makes

@@ -4,10 +4,12 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "core/comm/comm_state.h"
 #include "core/comm/process_group.h"
+#include "core/engine/engine.h"
 #include "core/tl/shared/shared_gpu.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -31,12 +33,48 @@ static std::mutex cache_mu;  // never held across an MPI call or a destruction
 static std::vector<Side *> cache;
 static uint64_t parks, made;
 static bool closed;
+// Sides to destroy once no NCCL operation of this process is in flight: a destroy frees device
+// memory, which waits for the whole device, where another communicator's kernel may wait for a
+// peer that waits for this rank's next MPI call (doc/design.md, "Kept for reuse").
+static std::mutex graves_mu;
+static std::vector<Side *> graves;
+static std::atomic<int> ngraves{0};
 
-static void destroy(Side *s)
+static void destroy_now(Side *s)
 {
     if (s->pg) s->pg->destroy();
     shared_release(s->shared);
     delete s;
+}
+
+// An order every rank shares for the sides it destroys together: by agreed id, descending (each
+// side's id is the same on its ranks, so any two ranks destroy the sides they share in the same
+// relative order)
+static void agreed_order(std::vector<Side *> &v)
+{
+    std::sort(v.begin(), v.end(), [](const Side *a, const Side *b) { return a->id > b->id; });
+}
+
+static void destroy(Side *s)
+{
+    if (__atomic_load_n(&closed, __ATOMIC_ACQUIRE)) return destroy_now(s);  // (after MPI_Finalize's teardown)
+    std::lock_guard<std::mutex> g(graves_mu);
+    graves.push_back(s);
+    ngraves.store((int)graves.size(), std::memory_order_release);
+}
+
+void side_graves_reap(bool finalize)
+{
+    if (!ngraves.load(std::memory_order_acquire) || (!finalize && engine_inflight() > 0)) return;
+    std::vector<Side *> v;
+    {
+        std::unique_lock<std::mutex> g(graves_mu, std::try_to_lock);
+        if (!g.owns_lock()) return;
+        v.swap(graves);
+        ngraves.store(0, std::memory_order_release);
+    }
+    agreed_order(v);
+    for (Side *e : v) destroy_now(e);
 }
 
 // The world ranks of cs's processes in its order, computed once (empty where a process is outside
@@ -157,10 +195,12 @@ void side_cache_teardown()
     std::vector<Side *> all;
     {
         std::lock_guard<std::mutex> g(cache_mu);
-        closed = true;
+        __atomic_store_n(&closed, true, __ATOMIC_RELEASE);
         all.swap(cache);
     }
-    for (auto it = all.rbegin(); it != all.rend(); ++it) destroy(*it);  // the newest first
+    side_graves_reap(true);
+    agreed_order(all);  // (not the order each rank kept them in: that is its own timing)
+    for (Side *e : all) destroy_now(e);
 }
 
 }  // namespace ncclmpi

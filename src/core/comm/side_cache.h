@@ -48,7 +48,12 @@ bool side_settle(CommState *cs, SideHeld *held, uint64_t id);
 // The last reference to cs is gone: keep its side (a healthy NCCL group or a window) for a later
 // communicator, evicting the oldest kept one beyond NCCLMPI_COMM_CACHE, or destroy it.
 void side_park(CommState *cs);
-// MPI_Finalize: destroy every kept side; later parks destroy at once.
+// A side evicted or not kept is destroyed only while no NCCL operation of this process is in
+// flight (engine_inflight), at a progress point; side_graves_reap does it (finalize: whatever
+// is in flight, after MPI_Finalize's drain), in an order every rank shares (by agreed id).
+void side_graves_reap(bool finalize = false);
+// MPI_Finalize: destroy every kept side (and those waiting for their destruction), by agreed
+// id; later parks destroy at the next reap.
 void side_cache_teardown();
 
 }  // namespace ncclmpi

@@ -1,5 +1,6 @@
 // ncclmpi: the execution engine (see engine.h; the argument is in doc/design.md, "Coalescing").
 #include "core/engine/engine.h"
+#include "core/engine/deadline.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/comm/comm_state.h"
+#include "core/comm/side_cache.h"
 #include "core/engine/task.h"
 #include "core/nvtx.h"
 #include "core/op_table.h"
@@ -118,6 +120,10 @@ static void completion_drop(Completion *d)
 {
     if (d->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) completion_put(d);
 }
+
+// operations launched on any NCCL communicator of this process and not yet finished
+static std::atomic<long> inflight_total{0};
+long engine_inflight() { return inflight_total.load(std::memory_order_acquire); }
 
 // ---- MPI progress ----------------------------------------------------------------------------
 void mpi_progress()
@@ -324,6 +330,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     double now = nm_now_s();
     NM_TRACE(COLL, "%s: launching a group of %d (first %s)", cs->describe().c_str(), n, ops[0]->describe().c_str());
     pg->inflight.fetch_add(n, std::memory_order_relaxed);
+    inflight_total.fetch_add(n, std::memory_order_relaxed);
     for (int i = 0; i < n; i++) {
         Op *op = ops[i];
         for (CUdeviceptr p : op->scratch) cu.cuMemFreeAsync(p, s);  // stream-ordered: after its users
@@ -390,6 +397,31 @@ static void rounds_reap(std::vector<Round *> &v)
     }
 }
 
+// MPI_Finalize: every round of v waited for (each rank started the same ones and is here), with
+// NCCLMPI_TIMEOUT from now; v emptied. false when one did not complete (left in flight, logged).
+static bool rounds_complete(std::vector<Round *> &v, const char *whose)
+{
+    const Deadline d;
+    bool all = true;
+    for (Round *r : v) {
+        int flag = 0;
+        for (unsigned spin = 0; !flag; spin++) {
+            PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+            if (flag || (spin & 255) != 255) continue;
+            if (d.passed(nm_now_s())) break;
+            sched_yield();
+        }
+        if (flag) {
+            delete r;
+        } else if (all) {
+            all = false;
+            NM_WARN(COLL, "MPI_Finalize: %s", Deadline::expired(std::string(whose) + " agreement round in flight").c_str());
+        }
+    }
+    v.clear();
+    return all;
+}
+
 static void queue_pop(CommState *cs, int m)
 {
     cs->queue.erase(cs->queue.begin(), cs->queue.begin() + m);
@@ -442,13 +474,10 @@ static nm_status_t round_wait(CommState *cs, Round *r, std::string *err)
         PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
         if (flag) return NM_OK;
         if ((spin & 255) == 255) {
-            double waited = nm_now_s() - r->t0;
-            if (nm_cfg.TIMEOUT > 0 && waited > nm_cfg.TIMEOUT) {
-                char b[200];
-                snprintf(b, sizeof(b), "%s: the other ranks did not reach the agreement on the next group of "
-                         "nonblocking operations in %ld s", cs->describe().c_str(), nm_cfg.TIMEOUT);
-                *err = b;
-                if (cs->pg) cs->pg->fail(b);
+            const double now = nm_now_s(), waited = now - r->t0;
+            if (Deadline(r->t0).passed(now)) {
+                *err = Deadline::expired(cs->describe() + ": the agreement on the next group of nonblocking operations");
+                if (cs->pg) cs->pg->fail(*err);
                 cs->cap.store(NM_CAP_FAILED);
                 return NM_ERR_TIMEOUT;
             }
@@ -724,11 +753,8 @@ static bool enq_batch_over(EnqBatch &b, bool *failed)
     const double waited = nm_now_s() - b.t0;
     if (q != CUDA_ERROR_NOT_READY) {
         pg->fail(std::string("an operation enqueued on a stream: event query failed: ") + cuda_errstr(q));
-    } else if (nm_cfg.TIMEOUT > 0 && waited > nm_cfg.TIMEOUT) {
-        char m[256];
-        snprintf(m, sizeof(m), "%s enqueued on a stream did not complete in %ld s (NCCLMPI_TIMEOUT)",
-                 b.ops.back()->describe().c_str(), nm_cfg.TIMEOUT);
-        pg->fail(m);
+    } else if (Deadline(b.t0).passed(b.t0 + waited)) {
+        pg->fail(Deadline::expired(b.ops.back()->describe() + " enqueued on a stream"));
     } else if (waited - b.async_checked >= 1e-3) {
         b.async_checked = waited;
         pg->check_async();
@@ -889,12 +915,9 @@ bool op_poll(Op *op, nm_status_t *st, std::string *err, uint64_t sweep)
         else if (q == CUDA_ERROR_NOT_READY && sweep) d->notready_sweep.store(sweep, std::memory_order_relaxed);
     }
     if (q == CUDA_ERROR_NOT_READY && !pg->failed()) {
-        double waited = nm_now_s() - op->t_launch;
-        if (nm_cfg.TIMEOUT > 0 && waited > nm_cfg.TIMEOUT) {
-            char b[256];
-            snprintf(b, sizeof(b), "%s did not complete in %ld s (NCCLMPI_TIMEOUT): a peer is gone or not calling it",
-                     op->describe().c_str(), nm_cfg.TIMEOUT);
-            pg->fail(b);
+        const double now = nm_now_s(), waited = now - op->t_launch;
+        if (Deadline(op->t_launch).passed(now)) {
+            pg->fail(Deadline::expired(op->describe()));
             op->cs->cap.store(NM_CAP_FAILED);
         } else if (waited - d->async_checked.load(std::memory_order_relaxed) < 1e-3) {
             return false;  // NCCL's asynchronous error is polled once a millisecond per launch
@@ -951,6 +974,7 @@ void op_finish(Op *op, bool failed)
             cu.cuStreamSynchronize(pg->stream());
         }
         pg->inflight.fetch_sub(1, std::memory_order_relaxed);
+        inflight_total.fetch_sub(1, std::memory_order_relaxed);
         completion_drop(op->done);
     } else if (op->order_ev && cs->pg) {
         cs->pg->event_put(op->order_ev);
@@ -964,6 +988,8 @@ void op_finish(Op *op, bool failed)
 
 void engine_progress()
 {
+    side_graves_reap();  // (one load when there are none)
+    deadline_progress();
     if (!leftovers.load(std::memory_order_relaxed)) return;
     enqueued_reap(Reap::PROGRESS);  // (the enqueued ops so far get their markers)
     {
@@ -999,17 +1025,22 @@ void engine_drain()
     // MPI_Finalize: the operations enqueued on streams run to their end (every rank enqueued
     // the same ones)
     enqueued_reap(Reap::WAIT);
-    // every rank started the same rounds and is here, so waiting ends
+    // every rank started the same rounds and is here, so waiting ends (NCCLMPI_TIMEOUT bounds it:
+    // a round that does not complete is left, with its communicator, to the real MPI_Finalize)
     std::lock_guard<std::mutex> g(background_mu);
-    for (Background &b : background) {
-        for (Round *r : b.rounds) {
-            PMPI_Wait(&r->req, MPI_STATUS_IGNORE);
-            delete r;
-        }
-        if (b.hidden != MPI_COMM_NULL) PMPI_Comm_free(&b.hidden);
-    }
+    for (Background &b : background)
+        if (rounds_complete(b.rounds, "a freed communicator's") && b.hidden != MPI_COMM_NULL) PMPI_Comm_free(&b.hidden);
     leftovers.fetch_sub((int)background.size(), std::memory_order_relaxed);
     background.clear();
+}
+
+// MPI_Finalize: the rounds still in flight on a live communicator (singletons, whose results
+// nobody waits for) completed before its hidden duplicate goes with the real MPI_Finalize.
+void engine_rounds_drain(CommState *cs)
+{
+    QueueLock g(cs);
+    if (!cs->queue.empty()) flush_singletons(cs);
+    rounds_complete(cs->rounds, cs->describe().c_str());
 }
 
 void engine_comm_freed(CommState *cs)
@@ -1022,6 +1053,7 @@ void engine_comm_freed(CommState *cs)
         if (cs->rounds.empty()) {
             PMPI_Comm_free(&cs->hidden);
         } else {  // freed by engine_progress once its rounds completed (nothing waits here)
+            NM_DEBUG(COLL, "%s freed with %zu agreement rounds in flight", cs->describe().c_str(), cs->rounds.size());
             to_background(cs->hidden, std::move(cs->rounds));
             cs->rounds.clear();
             cs->hidden = MPI_COMM_NULL;

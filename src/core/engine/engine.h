@@ -112,6 +112,11 @@ int engine_group_end();
 int engine_group_depth();
 // Complete agreement rounds whose result was not needed (called at progress points).
 void engine_progress();
+// Operations launched on this process's NCCL communicators and not finished yet (a destroy
+// waits until there are none: comm/side_cache.h).
+long engine_inflight();
+// MPI_Finalize: cs's agreement rounds still in flight completed (bounded by NCCLMPI_TIMEOUT).
+void engine_rounds_drain(CommState *cs);
 // At MPI_Finalize: complete the agreement rounds left in flight and free what they held.
 void engine_drain();
 // The MPI communicator is being freed: launch its queue, release its hidden duplicate.

@@ -559,11 +559,23 @@ static int open_group_error(int n, const MPI_Request *reqs, const char *call)
     return MPI_SUCCESS;
 }
 
+// Whether one of reqs[0..n) is a device operation of ncclmpi's still pending (a task).
+static bool any_task(int n, const MPI_Request *reqs)
+{
+    MtLock<std::recursive_mutex> g(tasks_mu);
+    for (const Task *t : pending)
+        for (int i = 0; i < n; i++)
+            if (reqs[i] != MPI_REQUEST_NULL && reqs[i] == t->greq()) return true;
+    return false;
+}
+
 // The blocking forms loop over their Test twin, progressing ncclmpi's tasks in between.
 // (call: the MPI function, for the watchdog's warning when the wait lasts; a wait that ends in
-// its first 256 tests is not marked)
+// its first 256 tests is not marked. A wait for one of ncclmpi's device operations (reqs: the
+// requests, or null) is marked fatal under NCCLMPI_TIMEOUT: a staged one waits in the real MPI's
+// request, which nothing ends; an NCCL one fails at the timeout, before the watchdog's 1.5 T + 1 s.)
 template <class Test>
-static int wait_loop(const char *call, Test test)
+static int wait_loop(const char *call, Test test, int n = 0, const MPI_Request *reqs = nullptr)
 {
     bool watched = false;
     int rc;
@@ -573,7 +585,10 @@ static int wait_loop(const char *call, Test test)
         rc = test(&done);
         if (rc != MPI_SUCCESS || done) break;
         if ((spin & 255) == 255) {
-            if (!watched) nm_wd_begin(call, "for its requests");
+            if (!watched) {
+                if (nm_cfg.TIMEOUT > 0 && reqs && any_task(n, reqs)) nm_wd_begin_fatal(call, "for its device requests", -1);
+                else nm_wd_begin(call, "for its requests");
+            }
             watched = true;
             sched_yield();
         }
@@ -690,7 +705,7 @@ extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
     Reporting r(1, req);
     PersScope ps(r, 1, req, false);
     MPI_Status *st = ps.statuses(status, 1);
-    int rc = wait_loop("Wait", [&](int *d) { return PMPI_Test(req, d, st); });
+    int rc = wait_loop("Wait", [&](int *d) { return PMPI_Test(req, d, st); }, 1, req);
     return report_one(r, 0, status, ps.done(rc, 1, nullptr, st));
 }
 
@@ -701,7 +716,7 @@ extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
     Reporting r(n, reqs);
     PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
-    int rc = wait_loop("Waitall", [&](int *d) { return PMPI_Testall(n, reqs, d, st); });
+    int rc = wait_loop("Waitall", [&](int *d) { return PMPI_Testall(n, reqs, d, st); }, n, reqs);
     return report_many(r, n, nullptr, st, ps.done(rc, n, nullptr, st));
 }
 
@@ -712,7 +727,7 @@ extern "C" int nm_wait_waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *
     Reporting r(n, reqs);
     PersScope ps(r, n, reqs, false);
     MPI_Status *st = ps.statuses(status, 1);
-    int rc = wait_loop("Waitany", [&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); });
+    int rc = wait_loop("Waitany", [&](int *d) { return PMPI_Testany(n, reqs, idx, d, st); }, n, reqs);
     if (*idx != MPI_UNDEFINED) rc = ps.done(rc, 1, idx, st);
     return report_one(r, *idx == MPI_UNDEFINED ? -1 : *idx, status, rc);
 }
@@ -728,7 +743,7 @@ extern "C" int nm_wait_waitsome(int n, MPI_Request reqs[], int *outc, int idx[],
         int rc = PMPI_Testsome(n, reqs, outc, idx, st);
         *d = *outc != 0;
         return rc;
-    });
+    }, n, reqs);
     return report_many(r, *outc, idx, st, ps.done(rc, *outc, idx, st));
 }
 

@@ -627,7 +627,8 @@ static std::atomic<int> ndeferred{0};  // its size, read without a lock (a send 
 
 bool env_send_defers(const nm_op_t *o)
 {
-    const nm_defer_in_t in = {nm_env_active, engine_may_hold(), o->kind, o->flags, send_mode(o->fn)};
+    const nm_defer_in_t in = {nm_env_active, engine_may_hold(), o->kind, o->flags, send_mode(o->fn),
+                              nm_cfg.P2P_SEND_QUEUE || engine_group_depth() > 0};
     return nm_env_send_defers(&in) != 0;
 }
 

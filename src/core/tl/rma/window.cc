@@ -400,7 +400,7 @@ int await_post(Win *w, int t, const char *call)
 {
     std::lock_guard<std::mutex> g(w->mu);
     if (!w->awaiting[t]) return MPI_SUCCESS;
-    WaitWatch ww(call, "for the matching MPI_Win_post of a target whose window is device memory");
+    WaitWatch ww(call, "for the matching MPI_Win_post of a target whose window is device memory", true);
     const int rc = PMPI_Recv(nullptr, 0, MPI_BYTE, t, TAG_POST, w->comm, MPI_STATUS_IGNORE);
     w->awaiting[t] = 0;
     return rc;
@@ -725,7 +725,7 @@ extern "C" int nm_win_Win_fence(int assert_, MPI_Win win)
     }
     int rc = finish_deferred(w, -1, PMPI_Win_fence(assert_, win));
     if (rc == MPI_SUCCESS && w->device) {
-        WaitWatch ww("Win_fence", "for the other ranks of the window's fence");
+        WaitWatch ww("Win_fence", "for the other ranks of the window's fence", true);
         rc = PMPI_Barrier(w->comm);
     }
     return rc;

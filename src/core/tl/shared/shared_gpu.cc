@@ -357,7 +357,7 @@ nm_status_t shared_run(const OpCtx &c, int *mpi_rc)
         }
         if (st == NM_OK) st = sync_legacy();  // (also the previous chunk's reads of the other parity)
         {
-            WaitWatch ww(nm_fn_names[o->fn], "for the other ranks sharing the GPU (a barrier of the real MPI)");
+            WaitWatch ww(nm_fn_names[o->fn], "for the other ranks sharing the GPU (a barrier of the real MPI)", true);
             *mpi_rc = PMPI_Barrier(o->comm);
         }
         if (st != NM_OK || !s.out || *mpi_rc != MPI_SUCCESS) continue;

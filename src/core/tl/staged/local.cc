@@ -47,7 +47,7 @@ std::map<MPI_File, Local *> split;
 int staged(int fn, Local *l, void **tok)
 {
     NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_STAGED);
-    if ((l->watched = (l->how & NM_STAGE_WAITS) != 0)) nm_wd_begin(nm_fn_names[fn], stage_wait_reason);
+    if ((l->watched = (l->how & NM_STAGE_WAITS) != 0)) nm_wd_begin_fatal(nm_fn_names[fn], stage_wait_reason, -1);
     *tok = l;
     return NM_STAGE_STAGED;
 }
