@@ -612,6 +612,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         nm_status_t st = d.why == NM_WHY_PERSISTENT_COLL ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
         std::string why = nm_why_str(d.why);
         if (d.why == NM_WHY_FAILED && cs) why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : "") + "]";
+        if (o->req) *o->req = MPI_REQUEST_NULL;  // (a refused I- or _init call's request stays defined)
         *rc = raise_error(o, st, why);
         return ENTER_DONE;
     }

@@ -57,3 +57,6 @@ set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETU
 # the stand-in driver): one per nonblocking call, one per explicit group, none for blocking calls
 add_test(unit_order_events sh "${S}/test/unit/order_events.sh" "${B}")
 set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# the MPI-4 calls of the table on device buffers (stand-in driver); 77 where the MPI lacks them
+add_test(unit_mpi4_device sh "${S}/test/unit/mpi4_device.sh" "${B}")
+set_tests_properties(unit_mpi4_device PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
