@@ -188,3 +188,31 @@ AC_DEFUN([NM_CHECK_HWLOC], [
   AC_SUBST([NM_HWLOC_LDFLAGS])
   AC_SUBST([NM_HWLOC_LIBS])
 ])
+
+# NM_CHECK_MPI4_FNS: which of the table's MPI4 rows (src/interpose/mpi_api.def, FLAGS "...|MPI4")
+# the MPI declares and links: NM_MPI4_FNS, the list tools/gen_wrappers.py generates (--have).
+# One link test of them all first (an MPI-4 library has them all), then one per function.
+AC_DEFUN([NM_CHECK_MPI4_FNS], [
+  nm_mpi4_all=`sed -n 's/^NM_FN(\([[A-Za-z_]]*\),[[^,]]*,[[^,]]*,[[^,]]*|MPI4.*/\1/p' "$srcdir/src/interpose/mpi_api.def"`
+  nm_mpi4_refs=""
+  for f in $nm_mpi4_all; do nm_mpi4_refs="$nm_mpi4_refs (void *)&MPI_$f, (void *)&PMPI_$f,"; done
+  AC_MSG_CHECKING([for the MPI-4 functions of the table (MPI_Isendrecv, MPI_Allreduce_init, ...)])
+  NM_MPI4_FNS=""
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {$nm_mpi4_refs 0}; return p[0] == 0;]])],
+    [NM_MPI4_FNS=`echo $nm_mpi4_all`],
+    [for f in $nm_mpi4_all; do
+       AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {(void *)&MPI_$f, (void *)&PMPI_$f}; return p[0] == 0;]])],
+         [NM_MPI4_FNS="$NM_MPI4_FNS $f"])
+     done])
+  NM_MPI4_FNS=`echo $NM_MPI4_FNS`
+  nm_mpi4_n=`echo $NM_MPI4_FNS | wc -w`
+  nm_mpi4_of=`echo $nm_mpi4_all | wc -w`
+  NM_MPI4_DESC="$nm_mpi4_n of $nm_mpi4_of"
+  AC_MSG_RESULT([$NM_MPI4_DESC])
+  AC_SUBST([NM_MPI4_FNS])
+  # the tests of them (test/mpi/mpi4.c, test/unit/mpi4_device.sh): where the MPI has them all
+  AS_IF([test "$nm_mpi4_n" = "$nm_mpi4_of"], [NM_HAVE_MPI4_VALUE=1], [NM_HAVE_MPI4_VALUE=0])
+  AM_CONDITIONAL([NM_HAVE_MPI4], [test "$NM_HAVE_MPI4_VALUE" = 1])
+  AC_SUBST([NM_HAVE_MPI4_VALUE])
+  NM_DEFINE_STRING([NM_BUILD_MPI4_FNS], [$NM_MPI4_FNS], [the MPI-4 functions of the table that the MPI provides (generated)])
+])

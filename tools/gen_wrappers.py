@@ -9,13 +9,18 @@ Outputs (into the build directory):
                 and ompi_x_f (the symbol Open MPI's mpi_f08 bindings call)
   api_list.txt  every exported entry point, for the coverage test
   coverage.txt  one line per intercepted function: what happens to its device buffers (routed,
-                staged, rejected-on-device) or that it has none (flush-only, host-only)
+                staged, rejected-on-device, unsupported-on-device) or that it has none (flush-only,
+                host-only)
+  api_absent.txt  the MPI4 rows left out: functions the MPI under us does not provide
+
+Rows flagged MPI4 (FLAGS "NB|MPI4", "0|MPI4", ...) are functions that only MPI-4 libraries have:
+they are generated only when named by --have (configure's list of those the MPI links).
 """
 import os
 import re
 import sys
 
-ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,(.*)\)\s*$", re.S)
+ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*([\w|]+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
 PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "STAGE", "PERSIST", "PROBE",
          "RMA", "WIN"}
@@ -40,6 +45,9 @@ def read_rows(path):
             if not m:
                 sys.exit("gen_wrappers: cannot parse row: " + buf)
             name, path, kind, flags, args = m.groups()
+            flags, _, avail = flags.partition("|")
+            if avail not in ("", "MPI4"):
+                sys.exit("gen_wrappers: %s: unknown flag %s (only MPI4 follows a |)" % (name, avail))
             args = [dict(role=r, ctype=t.strip(), name=n) for r, t, n in ARG.findall(args)]
             if path not in PATHS:
                 sys.exit("gen_wrappers: %s: unknown path %s" % (name, path))
@@ -55,7 +63,7 @@ def read_rows(path):
                 sys.exit("gen_wrappers: %s: a STAGE row has at most two buffers" % name)
             if path == "DATA" and any(r in ("CBUF", "WIN", "WINOUT", "FILE", "STR") for r in roles):
                 sys.exit("gen_wrappers: %s: role not describable on the DATA path" % name)
-            rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args))
+            rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args, mpi4=avail == "MPI4"))
             buf = ""
     return rows
 
@@ -86,7 +94,7 @@ DESCRIBE = {
     "ROOT": "o.root = {n};", "PEER": "o.peer = o.rpeer = {n};", "SPEER": "o.peer = {n};",
     "RPEER": "o.rpeer = {n};", "TAG": "o.tag = o.rtag = {n};", "STAG": "o.tag = {n};",
     "RTAG": "o.rtag = {n};", "COMM": "o.comm = {n};", "REQ": "o.req = {n};",
-    "STATUS": "o.status = {n};", "MSG": "o.msg = {n};",
+    "STATUS": "o.status = {n};", "MSG": "o.msg = {n};", "INFO": "o.info = {n};",
 }
 # The real MPI call of a DATA row made from its descriptor alone (nm_real_<Name>): the core calls
 # it when it runs the call itself (staged shadows, a replaced op, a receive it decodes). Every
@@ -97,7 +105,7 @@ REAL = {"SBUF": "o->sbuf", "RBUF": "o->rbuf", "BUF": "o->rbuf", "SCOUNT": "o->sc
         "RTYPE": "o->rtype", "DTYPE": "o->stype", "STYPES": "o->stypes", "RTYPES": "o->rtypes", "OP": "o->op",
         "ROOT": "o->root", "PEER": "o->peer", "SPEER": "o->peer", "RPEER": "o->rpeer", "TAG": "o->tag",
         "STAG": "o->tag", "RTAG": "o->rtag", "COMM": "o->comm", "REQ": "o->req", "STATUS": "o->status",
-        "MSG": "o->msg"}
+        "MSG": "o->msg", "INFO": "o->info"}
 assert set(REAL) == set(DESCRIBE), "every described role is read back by nm_real_"
 assert all("o.%s =" % REAL[k][3:] in v for k, v in DESCRIBE.items()), "nm_real_ reads the field DESCRIBE sets"
 
@@ -184,9 +192,13 @@ def win_cond(r, fortran=False):
 
 def reject_raise(r, fortran):
     """The call that raises MPI_ERR_BUFFER on the call's object (file, window, communicator;
-    MPI_COMM_WORLD when it has none) and returns the error code."""
+    MPI_COMM_WORLD when it has none) and returns the error code. A persistent (PERS) REJECT row
+    (MPI-4 persistent neighbourhood collectives, partitioned communication) raises
+    MPI_ERR_UNSUPPORTED_OPERATION on its communicator instead: a device route is to come."""
     roles = first_roles(r)
     fn = "NM_FN_%s" % r["name"]
+    if r["flags"] == "PERS":
+        return "nm_unsupported_comm(%s, %s)" % (fn, "PMPI_Comm_f2c(*%s)" % roles["COMM"] if fortran else roles["COMM"])
     for role, helper in (("FILE", "nm_reject_file"), ("WIN", "nm_reject_win"), ("COMM", "nm_reject_comm")):
         if role in roles:
             h = "%s(*%s)" % (F_HANDLE[role], roles[role]) if fortran else roles[role]
@@ -472,7 +484,7 @@ def f_formal(a):
     if a["role"] == "STR":  # CHARACTER: its length comes as a hidden argument (f_hidden)
         return "char *" + a["name"]
     base = t.replace("const", "").replace("*", "").strip()
-    if base in ("MPI_Aint", "MPI_Offset"):  # INTEGER(KIND=MPI_ADDRESS_KIND / MPI_OFFSET_KIND)
+    if base in ("MPI_Aint", "MPI_Offset", "MPI_Count"):  # INTEGER(KIND=MPI_ADDRESS_KIND / _OFFSET_ / _COUNT_)
         return "%s *%s" % (base, a["name"])
     return "MPI_Fint *" + a["name"]
 
@@ -497,7 +509,7 @@ def f_convert(r):
         role, t, n = a["role"], a["ctype"], a["name"]
         if role in ("SBUF", "RBUF", "BUF", "CBUF"):
             acts.append("nm_f2c_buf(%s)" % n)
-        elif t in ("MPI_Aint", "MPI_Offset"):
+        elif t in ("MPI_Aint", "MPI_Offset", "MPI_Count"):
             acts.append("*" + n)
         elif role == "ATTR":  # a window attribute's value: by reference in C, the value in Fortran
             pre.append("void *c_%s = NULL;" % n)
@@ -713,6 +725,8 @@ COVERAGE_DOC = """\
 #   staged              device buffers are copied to host and back around the real MPI call
 #   staged              (buffered sends, and persistent ones, copied at each MPI_Start)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
+#   unsupported-on-device  device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION; never passed
+#                       to the MPI (persistent collectives, partitioned communication: MPI-4)
 #   device-window       one-sided data calls: a target window in device memory is read and
 #                       written through CUDA IPC (ranks on one node); device origin buffers with
 #                       a host-memory target window are copied through host memory
@@ -735,11 +749,16 @@ def op_kinds(nm_op_h):
     if not kinds:
         sys.exit("gen_wrappers: no NM_OPK_TABLE rows in " + nm_op_h)
     with_fact = lambda fact: {k for k, facts in kinds if fact in facts}
-    return with_fact("NM_KF_NCCL"), with_fact("NM_KF_RECV") | with_fact("NM_KF_NEIGH"), {k for k, _ in kinds}
+    return (with_fact("NM_KF_NCCL"), with_fact("NM_KF_RECV") | with_fact("NM_KF_NEIGH"), {k for k, _ in kinds},
+            with_fact("NM_KF_COLL"))
 
 
-def category(r, nccl):
+def category(r, nccl, coll=()):
     p = r["path"]
+    # persistent collectives (the route's NM_WHY_PERSISTENT_COLL), persistent neighbourhood
+    # collectives and partitioned communication (PERS REJECT rows)
+    if r["flags"] == "PERS" and (p == "REJECT" or (p == "DATA" and r["kind"] in coll)):
+        return "unsupported-on-device"
     if p == "REJECT":
         return "rejected-on-device"
     if p == "RMA":
@@ -761,14 +780,14 @@ def category(r, nccl):
     return "host-only"
 
 
-def gen_coverage(rows, nccl):
+def gen_coverage(rows, nccl, coll):
     out = [COVERAGE_DOC.rstrip("\n")]
     w = max(len(r["name"]) for r in rows) + 4
-    out += ["%-*s %-18s %-8s %s" % (w, "MPI_" + r["name"], category(r, nccl), r["path"], r["kind"]) for r in rows]
+    out += ["%-*s %-21s %-8s %s" % (w, "MPI_" + r["name"], category(r, nccl, coll), r["path"], r["kind"]) for r in rows]
     return "\n".join(out) + "\n"
 
 
-def gen_h(rows, nccl):
+def gen_h(rows, nccl, coll):
     out = ["/* Generated by tools/gen_wrappers.py from src/interpose/mpi_api.def. Do not edit. */",
            "#ifndef NM_FN_H", "#define NM_FN_H", "", "typedef enum {"]
     out += ["    NM_FN_%s," % r["name"] for r in rows]
@@ -778,7 +797,7 @@ def gen_h(rows, nccl):
     out += ["    NM_FN_ROW(%s, %s, %s, %s) \\" % (r["name"], r["path"], r["kind"], r["flags"]) for r in rows]
     out += ["", "/* X-macro over the coverage list (coverage.txt): NM_FN_COV(Name, \"category\") */",
             "#define NM_FN_COVERAGE(NM_FN_COV) \\"]
-    out += ["    NM_FN_COV(%s, \"%s\") \\" % (r["name"], category(r, nccl)) for r in rows]
+    out += ["    NM_FN_COV(%s, \"%s\") \\" % (r["name"], category(r, nccl, coll)) for r in rows]
     out += ["", "#endif", ""]
     return "\n".join(out)
 
@@ -804,19 +823,29 @@ def gen_list(rows):
 
 
 def main():
-    if len(sys.argv) not in (3, 4):
-        sys.exit("usage: gen_wrappers.py mpi_api.def OUTDIR [nm_op.h]")
-    rows = read_rows(sys.argv[1])
-    outdir = sys.argv[2]
-    op_h = sys.argv[3] if len(sys.argv) == 4 else os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])),
-                                                               "..", "route", "nm_op.h")
-    nccl, recv_kinds, kinds = op_kinds(op_h)
+    argv = sys.argv[1:]
+    have = set()
+    for a in [a for a in argv if a.startswith("--have=")]:  # the MPI4 rows the MPI under us provides
+        have |= set(a[len("--have="):].split())
+        argv.remove(a)
+    if len(argv) not in (2, 3):
+        sys.exit("usage: gen_wrappers.py [--have='Name ...'] mpi_api.def OUTDIR [nm_op.h]")
+    rows = read_rows(argv[0])
+    unknown = have - {r["name"] for r in rows if r["mpi4"]}
+    if unknown:
+        sys.exit("gen_wrappers: --have names no MPI4 row: " + " ".join(sorted(unknown)))
+    absent = [r["name"] for r in rows if r["mpi4"] and r["name"] not in have]
+    rows = [r for r in rows if not r["mpi4"] or r["name"] in have]
+    outdir = argv[1]
+    op_h = argv[2] if len(argv) == 3 else os.path.join(os.path.dirname(os.path.abspath(argv[0])), "..", "route", "nm_op.h")
+    nccl, recv_kinds, kinds, coll = op_kinds(op_h)
     for r in rows:
         if r["kind"] not in kinds:
             sys.exit("gen_wrappers: %s: unknown operation kind %s" % (r["name"], r["kind"]))
-    for name, text in (("nm_fn.h", gen_h(rows, nccl)), ("nm_impl.h", gen_impl_h(rows)), ("wrap_c.c", gen_c(rows, recv_kinds)),
+    for name, text in (("nm_fn.h", gen_h(rows, nccl, coll)), ("nm_impl.h", gen_impl_h(rows)), ("wrap_c.c", gen_c(rows, recv_kinds)),
                        ("wrap_f.c", gen_f(rows)), ("api_list.txt", gen_list(rows)),
-                       ("coverage.txt", gen_coverage(rows, nccl))):
+                       ("coverage.txt", gen_coverage(rows, nccl, coll)),
+                       ("api_absent.txt", "".join(n + "\n" for n in absent))):
         with open("%s/%s" % (outdir, name), "w") as fh:
             fh.write(text)
 

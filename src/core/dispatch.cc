@@ -642,6 +642,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         std::string why = nm_why_str(d.why);
         if (d.why == NM_WHY_FAILED && cs)
             why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : !cs->why_failed.empty() ? ": " + cs->why_failed : "") + "]";
+        if (o->req) *o->req = MPI_REQUEST_NULL;  // (a refused I- or _init call's request stays defined)
         *rc = raise_error(o, st, why);
         return ENTER_DONE;
     }

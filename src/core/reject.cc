@@ -1,5 +1,6 @@
 // ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
-// mpi_api.def: MPI_Win_attach, MPI_Buffer_attach; the RMA rows' device origin buffers where the
+// mpi_api.def: MPI_Win_attach, MPI_Buffer_attach; the MPI-4 persistent neighbourhood collectives
+// and partitioned calls, with MPI_ERR_UNSUPPORTED_OPERATION; the RMA rows' device origin buffers where the
 // window has no device memory: core/tl/rma/window.cc). A non-CUDA-aware MPI handed a
 // device pointer crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the
 // real MPI never sees the pointer. The generated wrappers call this only off the host fast path.
@@ -19,13 +20,14 @@ using namespace ncclmpi;
 namespace {
 
 // The error code (one per function: its message names the call), counted as an error route.
-int reject_code(int fn)
+int reject_code(int fn, int cls = MPI_ERR_BUFFER)
 {
     char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: device buffers are not supported in this call", nm_fn_names[fn]);
+    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: device buffers are not supported in this call%s", nm_fn_names[fn],
+             cls == MPI_ERR_UNSUPPORTED_OPERATION ? " yet (MPI-4 persistent and partitioned calls)" : "");
     NM_WARN(CALL, "%s", msg + 9);
     NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_ERROR);
-    return nm_error_code(MPI_ERR_BUFFER, msg);
+    return nm_error_code(cls, msg);
 }
 
 }  // namespace
@@ -50,6 +52,13 @@ extern "C" int nm_reject_device(const nm_rbuf_t *b, int n)
 extern "C" int nm_reject_comm(int fn, MPI_Comm comm)
 {
     int code = reject_code(fn);
+    PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
+    return code;
+}
+
+extern "C" int nm_unsupported_comm(int fn, MPI_Comm comm)
+{
+    int code = reject_code(fn, MPI_ERR_UNSUPPORTED_OPERATION);
     PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
     return code;
 }

@@ -92,6 +92,9 @@ int nm_reject_device(const nm_rbuf_t *b, int n);
  * through the error handler of the call's object (MPI_COMM_NULL: MPI_COMM_WORLD's) and return
  * the error code. */
 int nm_reject_comm(int fn, MPI_Comm comm);
+/* like nm_reject_comm, with MPI_ERR_UNSUPPORTED_OPERATION (the PERS REJECT rows: MPI-4 calls with no
+ * device route yet) */
+int nm_unsupported_comm(int fn, MPI_Comm comm);
 int nm_reject_win(int fn, MPI_Win win);
 int nm_reject_file(int fn, MPI_File fh);
 

@@ -119,6 +119,7 @@ typedef struct nm_op {
     MPI_Request *req;
     MPI_Status *status;
     MPI_Message *msg;
+    MPI_Info info;  /* the MPI-4 _init forms' info argument */
     struct nm_stage *stage; /* the core's state around its real-MPI call (staged shadows, a decode) */
 } nm_op_t;
 

@@ -30,10 +30,11 @@ static nm_why_t incapable_why(const nm_route_in_t *in)
 }
 
 /* NCCL communicator creation: only in a blocking collective (every rank of the communicator
- * is in it, in the same order), and only from shared facts. */
+ * is in it, in the same order), and only from shared facts. Not in a persistent collective's
+ * init (MPI-4): it runs no data, and a device one fails (NM_WHY_PERSISTENT_COLL). */
 static unsigned create_act(const nm_route_in_t *in)
 {
-    if ((in->flags & NM_OPF_NB) || in->force_staged) return 0;
+    if ((in->flags & (NM_OPF_NB | NM_OPF_PERS)) || in->force_staged) return 0;
     if (in->cap != NM_CAP_UNKNOWN && in->cap != NM_CAP_PENDING) return 0;
     if (in->agree) return in->vote == NM_VOTE_NCCL ? NM_ACT_CREATE : 0;
     if (in->cap == NM_CAP_PENDING) return NM_ACT_CREATE;
@@ -51,7 +52,7 @@ static unsigned create_act(const nm_route_in_t *in)
 static unsigned connect_act(const nm_route_in_t *in)
 {
     const unsigned f = nm_opk(in->kind);
-    if ((in->flags & NM_OPF_NB) || in->force_staged || in->cap != NM_CAP_READY || !in->peers_cold) return 0;
+    if ((in->flags & (NM_OPF_NB | NM_OPF_PERS)) || in->force_staged || in->cap != NM_CAP_READY || !in->peers_cold) return 0;
     if (!(f & NM_KF_SENDRECV) || (f & NM_KF_AMBIG) || !nm_route_nccl_capable(in)) return 0;
     if (in->agree && in->vote != NM_VOTE_NCCL) return 0;
     return NM_ACT_CONNECT;

@@ -10,6 +10,8 @@ def="$S/src/interpose/mpi_api.def"
 list="$B/src/gen/api_list.txt"
 names=$(sed -n 's/^NM_FN(\([A-Za-z_]*\),.*/\1/p' "$def")
 [ -n "$names" ] || { echo "coverage: no NM_FN rows in $def" >&2; exit 1; }
+# the MPI-4 rows this MPI lacks are not generated (BUILDDIR/src/gen/api_absent.txt)
+[ -s "$B/src/gen/api_absent.txt" ] && names=$(echo "$names" | grep -vxF -f "$B/src/gen/api_absent.txt")
 fail=0
 if [ -f "$list" ]; then
     exported=$(sed -n 's/^MPI_\([A-Z][a-z][A-Za-z_]*\)$/\1/p' "$list" | sort)

@@ -86,3 +86,23 @@ set_tests_properties(mpi_init_partial_np2 PROPERTIES LABELS "mpi" TIMEOUT 60)
 # startup time with and without LD_PRELOAD (prints medians; fails only if a run fails)
 add_test(mpi_startup_overhead sh "${S}/test/mpi/startup_overhead.sh" "${B}" 20)
 set_tests_properties(mpi_startup_overhead PROPERTIES LABELS "mpi" TIMEOUT 120 RUN_SERIAL TRUE)
+
+# The MPI-4 calls of the table (test/mpi/mpi4.c) where the MPI has them (HAVE_MPI4: Open MPI 5),
+# in the modes of the programs above; elsewhere one test reports them skipped.
+if(HAVE_MPI4 STREQUAL "1")
+  foreach(np 1 2 3 4)
+    add_test(mpi_mpi4_np${np}_preload "${RUN}" ${np} preload "${B}/test/mpi/mpi4" --ncclmpi=require)
+    add_test(mpi_mpi4_np${np}_linked "${RUN}" ${np} linked "${B}/test/mpi/mpi4_linked" --ncclmpi=require)
+    set_tests_properties(mpi_mpi4_np${np}_preload mpi_mpi4_np${np}_linked PROPERTIES LABELS "mpi" TIMEOUT 120)
+  endforeach()
+  add_test(mpi_mpi4_np3_plain "${RUN}" 3 plain "${B}/test/mpi/mpi4" --ncclmpi=absent)
+  add_test(mpi_mpi4_np3_preload_slowpath "${RUN}" 3 preload "${B}/test/mpi/mpi4" --ncclmpi=require
+    "--slow-path=${B}/test/mpi/.libs/libnm_tail.so")
+  add_test(mpi_mpi4_np3_preload_envelope "${RUN}" 3 preload "${B}/test/mpi/mpi4" --ncclmpi=require)
+  set_tests_properties(mpi_mpi4_np3_plain mpi_mpi4_np3_preload_slowpath mpi_mpi4_np3_preload_envelope PROPERTIES
+                       LABELS "mpi" TIMEOUT 120)
+  set_tests_properties(mpi_mpi4_np3_preload_envelope PROPERTIES ENVIRONMENT "NCCLMPI_P2P_ENVELOPE=device")
+else()
+  add_test(mpi_mpi4_skipped sh -c "echo 'the MPI has none of the MPI-4 calls of the table: skipped'; exit 77")
+  set_tests_properties(mpi_mpi4_skipped PROPERTIES LABELS "mpi" SKIP_RETURN_CODE 77)
+endif()

@@ -24,11 +24,17 @@ NCCLMPI_COALESCE=0 stand_in_run connect_prog "$b" "$d" "NCCLMPI_COALESCE=0" 3 "$
 NCCLMPI_CONNECT_PEERS=2 CONNECT_PROG_COLD=1 stand_in_run connect_prog "$b" "$d" "NCCLMPI_CONNECT_PEERS=2 (cold)" 3 "$prog" cold || fail=1
 # NCCL_RUNTIME_CONNECT=0 set by ncclmpi: the stand-in connects its algorithms at creation
 NCCLMPI_CONNECT=all stand_in_run connect_prog "$b" "$d" "NCCLMPI_CONNECT=all" 3 "$prog" || fail=1
+# (Open MPI 5's shared-memory transport delivers the progress scenario's 4 MiB message without
+# the sender's progress: there it passes, which the run's own checks confirm)
+ompi5=0
+grep -q '^#define NM_BUILD_MPI "Open MPI 5' "$b/nm_build.h" 2>/dev/null && ompi5=1
 for sc in coll alltoall progress; do
   NCCLMPI_CONNECT=lazy TMPDIR="$d" timeout -k 5 15 "$b/test/run_mpi.sh" 2 preload "$prog" $sc >"$d/out" 2>"$d/err"
   rc=$?
   [ $rc = 77 ] && exit 77
-  if [ $rc = 124 ] && grep -q "waits to connect" "$d/err"; then
+  if [ $sc = progress ] && [ $ompi5 = 1 ] && [ $rc = 0 ] && grep -q "connect_prog: ok" "$d/out"; then
+    echo "connect: NCCLMPI_CONNECT=lazy, $sc, 2 ranks: passes under Open MPI 5 (no sender progress needed)"
+  elif [ $rc = 124 ] && grep -q "waits to connect" "$d/err"; then
     echo "connect: NCCLMPI_CONNECT=lazy, $sc, 2 ranks: hangs at a connection made at first use, as expected"
   else
     echo "connect: FAIL: NCCLMPI_CONNECT=lazy, $sc, 2 ranks: expected a hang at a first-use connection (exit $rc)"

@@ -111,6 +111,21 @@ static void test_route(void)
     in = dev_coll(NM_OPK_SEND);
     in.flags = NM_OPF_PERS;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_PERSISTENT);
+    /* persistent collectives (MPI-4 _init): device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION,
+     * host buffers go to the real MPI; neither creates nor connects an NCCL communicator (the
+     * init is not where a device rank's peers make theirs) */
+    for (int c = 0; c < 6; c++) {
+        in = dev_coll(NM_OPK_ALLREDUCE);
+        in.flags = NM_OPF_PERS;
+        in.cap = all_caps[c];
+        in.peers_cold = 1;
+        CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ERROR && nm_route(&in).why == NM_WHY_PERSISTENT_COLL &&
+              nm_route(&in).act == 0);
+        in.kind = NM_OPK_ALLTOALL;
+        CHECK(nm_route(&in).why == NM_WHY_PERSISTENT_COLL && nm_route(&in).act == 0);
+        in.rank_kind = NM_RK_HOST;
+        CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_route(&in).act == 0);
+    }
     /* lifecycle: a blocking device collective creates, a nonblocking one marks pending and is
      * staged, the next blocking collective of any kind creates */
     in = dev_coll(NM_OPK_ALLREDUCE);

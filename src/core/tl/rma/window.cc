@@ -767,8 +767,13 @@ extern "C" int nm_win_Win_start(MPI_Group group, int assert_, MPI_Win win)
 {
     Win *w = find(win);
     if (!w) return PMPI_Win_start(group, assert_, win);
-    int rc = PMPI_Win_start(group, assert_, win);
-    if (rc != MPI_SUCCESS || !w->device) return rc;
+    if (!w->device) return PMPI_Win_start(group, assert_, win);
+    int rc;
+    {  // (Open MPI 5 waits here for the targets' posts, 4.1 at the first copy: await_post)
+        WaitWatch ww("Win_start", "for the matching MPI_Win_post of a target whose window is device memory");
+        rc = PMPI_Win_start(group, assert_, win);
+    }
+    if (rc != MPI_SUCCESS) return rc;
     std::lock_guard<std::mutex> g(w->mu);  // (the first copy to each waits for its post)
     for (int r : ranks_of(w, group))
         if (r != MPI_UNDEFINED && w->peer[r].device) w->awaiting[r] = 1;
