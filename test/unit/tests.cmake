@@ -57,3 +57,7 @@ set_tests_properties(unit_watchdog PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETU
 # the stand-in driver): one per nonblocking call, one per explicit group, none for blocking calls
 add_test(unit_order_events sh "${S}/test/unit/order_events.sh" "${B}")
 set_tests_properties(unit_order_events PROPERTIES LABELS "mpi" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# relinking in each way the README shows, right and wrong, with and without --as-needed: the
+# layer is there (NCCLMPI_STATS) or the user is told (ncclmpi_check, the start-up warning)
+add_test(mpi_link_order sh "${S}/test/unit/link_order.sh" "${B}" "${S}")
+set_tests_properties(mpi_link_order PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
