@@ -354,7 +354,7 @@ static void probe_gpus(const struct cu_api *cu, int n)
         fact(key, mps < 0 ? "unknown" : mps ? "1" : "0", "  MPS", "%s",
              mps < 0 ? "unknown (the driver does not say)"
              : mps   ? "yes: processes that share this GPU run side by side"
-                     : "no: processes that share this GPU take turns in time slices (README, \"Ranks sharing a GPU\")");
+                     : "no: processes that share this GPU take turns in time slices (doc/user-guide.md, \"Ranks sharing a GPU\")");
     }
     if (n < 2) return;
     /* peer access: NVLink when the link carries every CUDA atomic natively, PCIe when not */

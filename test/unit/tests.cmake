@@ -64,3 +64,6 @@ set_tests_properties(mpi_link_order PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RET
 # every test's name starts with one of its labels (unit_, mpi_, fortran_, gpu_)
 add_test(unit_test_names sh "${S}/test/unit/test_names.sh" "${B}")
 set_tests_properties(unit_test_names PROPERTIES LABELS "unit" TIMEOUT 60)
+# every measured number the README quotes is in doc/performance.md's current release
+add_test(unit_readme_numbers sh "${S}/test/unit/readme_numbers.sh" "${S}")
+set_tests_properties(unit_readme_numbers PROPERTIES LABELS "unit" TIMEOUT 60)
