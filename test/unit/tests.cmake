@@ -67,3 +67,6 @@ set_tests_properties(unit_test_names PROPERTIES LABELS "unit" TIMEOUT 60)
 # every measured number the README quotes is in doc/performance.md's current release
 add_test(unit_readme_numbers sh "${S}/test/unit/readme_numbers.sh" "${S}")
 set_tests_properties(unit_readme_numbers PROPERTIES LABELS "unit" TIMEOUT 60)
+# the man pages install and render (man --warnings), ncclmpi(7) with every setting
+add_test(unit_man_pages sh "${S}/test/unit/man_pages.sh" "${B}" "${S}")
+set_tests_properties(unit_man_pages PROPERTIES LABELS "unit" TIMEOUT 60 SKIP_RETURN_CODE 77)
