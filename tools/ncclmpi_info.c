@@ -40,24 +40,27 @@
 
 static const char usage_text[] =
     "usage: ncclmpi_info [OPTION]...\n"
-    "What this ncclmpi is, what it finds on this machine, and how it is configured.\n"
+    "What this ncclmpi is, what it finds on this machine, and how it is configured. The options\n"
+    "follow ompi_info's where it has them (-c, -a, --parsable).\n"
     "\n"
-    "  -b, --build      build facts: versions of the MPI, CUDA, NCCL and hwloc headers, compilers,\n"
-    "                   installation paths, configure flags (the default)\n"
-    "  -f, --functions  the intercepted MPI functions\n"
+    "  -c, --config     build configuration: versions of the MPI, CUDA, NCCL and hwloc headers,\n"
+    "                   compilers, installation paths, configure flags (the default; -b, --build too)\n"
+    "  -f, --functions  the intercepted MPI functions and what each does with device buffers\n"
     "  -p, --probe      run-time probe, loading what the library loads: the MPI library, libncclmpi,\n"
     "                   hwloc, the CUDA driver, the GPUs (UUID, PCI bus id, NUMA node, CPUs, MPS), peer\n"
     "                   access between them, the NCCL library, its version against the headers and\n"
     "                   what ncclmpi does differently for that version\n"
-    "  -c, --config     every NCCLMPI_* variable: type, default, accepted values, current value, meaning\n"
-    "  -m, --markdown   the variables as Markdown (doc/config.md)\n"
-    "  -a, --all        all of -b -f -p -c\n"
-    "      --parsable   key:value lines (split at the first colon) instead of the report\n"
+    "  -s, --settings   every NCCLMPI_* setting: type, default, accepted values, current value, meaning\n"
+    "  -m, --markdown   the settings as Markdown (doc/config.md)\n"
+    "  -a, --all        all of -c -f -p -s\n"
+    "      --parsable   colon-separated lines, as ompi_info prints them: the key's parts, then the\n"
+    "                   value (build:prefix:/usr/local, probe:gpu:0:name:..., setting:NCCLMPI_LOG:value:WARN)\n"
     "  -V, --version    print the version and exit\n"
     "  -h, --help       print this help and exit\n"
     "\n"
     "Settings are read from NCCLMPI_* environment variables: the probe uses NCCLMPI_CUDA_LIB and\n"
-    "NCCLMPI_NCCL_LIB as the library would. Exit status: 0, or 2 for a wrong option.\n";
+    "NCCLMPI_NCCL_LIB as the library would. man ncclmpi_info says more. Exit status: 0, or 2 for a\n"
+    "wrong option.\n";
 
 /* ---- output: a report, or key:value lines ---------------------------------------------------- */
 
@@ -81,7 +84,8 @@ static void fact(const char *key, const char *raw, const char *label, const char
     va_end(ap);
     if (parsable) {
         const char *v = raw ? raw : text;
-        printf("%s:", key);
+        for (const char *k = key; *k; k++) putchar(*k == '.' ? ':' : *k); /* ompi_info's separator */
+        putchar(':');
         for (; *v; v++) putchar(*v == '\n' ? ' ' : *v);
         putchar('\n');
     } else if (label) {
@@ -167,8 +171,8 @@ static void print_functions(void)
 {
     const int n = (int)(sizeof(coverage) / sizeof(coverage[0]));
     if (parsable) {
-        printf("functions.count:%d\n", n);
-        for (int i = 0; i < n; i++) printf("functions.MPI_%s:%s\n", coverage[i].name, coverage[i].what);
+        printf("functions:count:%d\n", n);
+        for (int i = 0; i < n; i++) printf("functions:MPI_%s:%s\n", coverage[i].name, coverage[i].what);
         return;
     }
     static const char *const kinds[][2] = {
@@ -356,7 +360,7 @@ static void probe_gpus(const struct cu_api *cu, int n)
         fact(key, mps < 0 ? "unknown" : mps ? "1" : "0", "  MPS", "%s",
              mps < 0 ? "unknown (the driver does not say)"
              : mps   ? "yes: processes that share this GPU run side by side"
-                     : "no: processes that share this GPU take turns in time slices (README, \"Ranks sharing a GPU\")");
+                     : "no: processes that share this GPU take turns in time slices (doc/user-guide.md, \"Ranks sharing a GPU\")");
     }
     if (n < 2) return;
     /* peer access: NVLink when the link carries every CUDA atomic natively, PCIe when not */
@@ -559,10 +563,10 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         if (!strcmp(a, "--version")) { printf("ncclmpi %s (NCCL %s headers)\n", PACKAGE_VERSION, NM_NCCL_BUILD_VERSION); return 0; }
-        if (!strcmp(a, "--build")) what |= O_BUILD;
+        if (!strcmp(a, "--build") || !strcmp(a, "--config")) what |= O_BUILD;
         else if (!strcmp(a, "--functions")) what |= O_FUNCS;
         else if (!strcmp(a, "--probe")) what |= O_PROBE;
-        else if (!strcmp(a, "--config")) what |= O_CONFIG;
+        else if (!strcmp(a, "--settings")) what |= O_CONFIG;
         else if (!strcmp(a, "--markdown")) what |= O_MARKDOWN;
         else if (!strcmp(a, "--all")) what |= O_BUILD | O_FUNCS | O_PROBE | O_CONFIG;
         else if (!strcmp(a, "--parsable") || !strcmp(a, "--parseable")) parsable = 1;
@@ -570,10 +574,11 @@ int main(int argc, char **argv)
             for (const char *c = a + 1; *c; c++) switch (*c) {
                 case 'h': fputs(usage_text, stdout); return 0;
                 case 'V': printf("ncclmpi %s (NCCL %s headers)\n", PACKAGE_VERSION, NM_NCCL_BUILD_VERSION); return 0;
-                case 'b': what |= O_BUILD; break;
+                case 'b':
+                case 'c': what |= O_BUILD; break;
                 case 'f': what |= O_FUNCS; break;
                 case 'p': what |= O_PROBE; break;
-                case 'c': what |= O_CONFIG; break;
+                case 's': what |= O_CONFIG; break;
                 case 'm': what |= O_MARKDOWN; break;
                 case 'a': what |= O_BUILD | O_FUNCS | O_PROBE | O_CONFIG; break;
                 default: {
@@ -604,7 +609,7 @@ int main(int argc, char **argv)
         }
     }
     if (!parsable && what == O_BUILD)
-        printf("\nMore: ncclmpi_info -p (probe this machine), -c (settings), -a (everything), --help\n");
+        printf("\nMore: ncclmpi_info -p (probe this machine), -s (settings), -a (everything), --help\n");
     fflush(stdout);
     return 0;
 }

@@ -374,7 +374,7 @@ int nm_config_parse(char *const *envp)
         int d;
         const char *best = nm_cfg_closest(name, &d);
         int len = (int)strlen(name);
-        warn("NCCLMPI_%s is not an ncclmpi setting; ignored (%s NCCLMPI_%s? `ncclmpi_info -c` lists them all)", name,
+        warn("NCCLMPI_%s is not an ncclmpi setting; ignored (%s NCCLMPI_%s? `ncclmpi_info -s` lists them all)", name,
              d <= (len / 3 > 1 ? len / 3 : 1) ? "did you mean" : "the closest is", best);
     }
     return warn_count;
@@ -462,7 +462,7 @@ static const char md_intro[] =
     "# ncclmpi configuration\n"
     "\n"
     "Every setting is an environment variable, read once when the library loads. This page is the\n"
-    "output of `ncclmpi_info -m` (made from `src/util/config.def`); `ncclmpi_info -c` prints the same\n"
+    "output of `ncclmpi_info -m` (made from `src/util/config.def`); `ncclmpi_info -s` prints the same\n"
     "settings with their current values.\n"
     "\n"
     "Values are checked. Booleans take 0/1, no/yes, off/on or false/true; sizes are bytes or take a\n"
@@ -471,6 +471,13 @@ static const char md_intro[] =
     "variable that is not listed here (a typo) is reported with the closest known name. Both warnings\n"
     "are printed by every process before `MPI_Init`; `NCCLMPI_LOG=ERROR` silences them.\n"
     "\n";
+
+/* A variable only the test programs read (reader test/...): in doc/config.md, not in ncclmpi_info's
+ * lists, which are for users. */
+static int script_test_only(const nm_cfg_script_row_t *r)
+{
+    return !strncmp(r->reader, "test", 4);
+}
 
 void nm_config_print(void *file, int markdown)
 {
@@ -513,6 +520,7 @@ void nm_config_print(void *file, int markdown)
     fprintf(f, "\nRead by the scripts, not by the library:\n");
     for (int i = 0; i < nm_cfg_script_nrows; i++) {
         const nm_cfg_script_row_t *r = &nm_cfg_script_rows[i];
+        if (script_test_only(r)) continue;
         char var[128];
         snprintf(var, sizeof(var), "NCCLMPI_%s", r->name);
         const char *v = NULL;
@@ -532,15 +540,16 @@ void nm_config_print_parsable(void *file)
     for (int i = 0; i < nm_cfg_nrows; i++) {
         const nm_cfg_row_t *r = &nm_cfg_rows[i];
         value_str(r, val, sizeof(val));
-        fprintf(f, "config.NCCLMPI_%s.value:%s\n", r->name, val);
-        fprintf(f, "config.NCCLMPI_%s.source:%s\n", r->name, from_env[i] ? "environment" : "default");
-        fprintf(f, "config.NCCLMPI_%s.default:%s\n", r->name, r->def);
-        fprintf(f, "config.NCCLMPI_%s.type:%s\n", r->name, type_names[r->type]);
-        fprintf(f, "config.NCCLMPI_%s.accepted:%s\n", r->name, nm_cfg_accepted(r, acc, sizeof(acc)));
+        fprintf(f, "setting:NCCLMPI_%s:value:%s\n", r->name, val);
+        fprintf(f, "setting:NCCLMPI_%s:source:%s\n", r->name, from_env[i] ? "environment" : "default");
+        fprintf(f, "setting:NCCLMPI_%s:default:%s\n", r->name, r->def);
+        fprintf(f, "setting:NCCLMPI_%s:type:%s\n", r->name, type_names[r->type]);
+        fprintf(f, "setting:NCCLMPI_%s:accepted:%s\n", r->name, nm_cfg_accepted(r, acc, sizeof(acc)));
     }
     for (int i = 0; i < nm_cfg_script_nrows; i++) {
         const nm_cfg_script_row_t *r = &nm_cfg_script_rows[i];
-        fprintf(f, "config.NCCLMPI_%s.reader:%s\n", r->name, r->reader);
-        fprintf(f, "config.NCCLMPI_%s.default:%s\n", r->name, r->def);
+        if (script_test_only(r)) continue;
+        fprintf(f, "setting:NCCLMPI_%s:reader:%s\n", r->name, r->reader);
+        fprintf(f, "setting:NCCLMPI_%s:default:%s\n", r->name, r->def);
     }
 }

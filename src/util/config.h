@@ -65,9 +65,9 @@ int nm_cfg_from_env(const char *name);
  * number of warnings. nm_config_load's worker; unit tests call it directly. */
 int nm_config_parse(char *const *envp);
 /* Print every setting with its type, default, accepted values, current value and meaning, as
- * `ncclmpi_info -c` does; markdown: the whole of doc/config.md (`ncclmpi_info -m`). */
+ * `ncclmpi_info -s` does; markdown: the whole of doc/config.md (`ncclmpi_info -m`). */
 void nm_config_print(void *file, int markdown);
-/* Print "NCCLMPI_NAME:value" lines, one per setting (`ncclmpi_info -c --parsable`). */
+/* Print "setting:NCCLMPI_NAME:FIELD:value" lines (`ncclmpi_info -s --parsable`). */
 void nm_config_print_parsable(void *file);
 
 /* Parse helpers, exposed for unit tests. Return 0 on success, -1 if `s` is not valid. */
