@@ -17,7 +17,7 @@ stand_in hazard "$b" "$d" "$prog"
 export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 FAKE_CUDA_KERNELS=1 NCCLMPI_ONESHOT=0
 export NM_HAZARD_UNTIMED=1  # (dup_churn: times of oversubscribed stand-ins are not a GPU's)
 scenarios=${HAZARD_SCENARIOS:-"layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
-  empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads first_nb_crossing comm_free_outstanding
+  empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads thread_comms first_nb_crossing comm_free_outstanding
   dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group field_range group_mix fault fault_nb fuzz envelope_order
   connect_crossing cyclic_comms reset_final reset_reuse"}
 # at 4 ranks too: orders and agreements whose cycles need more than three ranks to show
