@@ -661,8 +661,9 @@ __attribute__((constructor)) static void nm_check_link_order()
         info.dli_fbase == self.dli_fbase)
         return;
     const char *where = info.dli_fname ? info.dli_fname : "another library";
-    fprintf(stderr, "[ncclmpi] WARN: libncclmpi is loaded, but MPI calls resolve to %s and bypass it: link "
-            "-lncclmpi before the MPI library, or preload it (LD_PRELOAD, ncclmpi_exec)\n", where);
+    fprintf(stderr, "[ncclmpi] WARN: libncclmpi is loaded, but MPI calls resolve to %s and bypass it: build "
+            "with ncclmpicc or `pkg-config --libs ncclmpi` (they keep it ahead of the MPI library), or preload it "
+            "(LD_PRELOAD, ncclmpi_exec); `ncclmpi_check PROGRAM` tells\n", where);
 }
 
 namespace ncclmpi {
