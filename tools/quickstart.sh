@@ -68,6 +68,7 @@ esac
 # against it in _build-ompi5 (configure --with-mpi) and the unit, mpi and fortran labels run there.
 ompi5_check() {
   local ver=5.0.11 dir=_build-ompi5
+  [ -f ./configure ] || cd ..  # (the main build ran in _build/; this line builds beside it)
   [ "${NCCLMPI_TEST_OMPI5:-1}" = 1 ] || { echo "quickstart: Open MPI 5 line skipped (NCCLMPI_TEST_OMPI5=0)"; return 0; }
   mkdir -p "$dir"
   if [ ! -x "$dir/venv/bin/mpicc" ]; then
