@@ -83,7 +83,9 @@ add_custom_command(TARGET app POST_BUILD COMMAND "$check" -q \$<TARGET_FILE:app>
 CM
   for asn in "" "-Wl,--as-needed"; do
     rm -rf "$T/cm/b"
-    if PKG_CONFIG_PATH="$T" cmake -S "$T/cm" -B "$T/cm/b" -DCMAKE_EXE_LINKER_FLAGS="$asn" >"$T/cm/log" 2>&1 &&
+    # (the MPI the library was built against: FindMPI would take the first mpicc on PATH)
+    if PKG_CONFIG_PATH="$T" cmake -S "$T/cm" -B "$T/cm/b" -DMPI_C_COMPILER="$(command -v "$MPICC")" \
+         -DCMAKE_EXE_LINKER_FLAGS="$asn" >"$T/cm/log" 2>&1 &&
        cmake --build "$T/cm/b" >>"$T/cm/log" 2>&1; then
       echo "link_order: cmake${asn:+ ($asn)}: built, ncclmpi_check: ok"
     else

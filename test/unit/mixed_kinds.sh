@@ -43,12 +43,12 @@ expect_all() {  # NP CALL WHAT: WHAT the device ranks' message says
   r=0
   while [ $r -lt $_np ]; do
     if [ $r = 1 ]; then
-      grep -q "^\[ncclmpi r1\] ERROR CALL MPI_[A-Za-z]* on comm0 has waited [0-9]* s in the real MPI, its buffers in host memory on this rank (NCCLMPI_TIMEOUT=5), where ncclmpi cannot end the call: $cause" "$d/all" ||
+      grep -aq "^\[ncclmpi r1\] ERROR CALL MPI_[A-Za-z]* on comm0 has waited [0-9]* s in the real MPI, its buffers in host memory on this rank (NCCLMPI_TIMEOUT=5), where ncclmpi cannot end the call: $cause" "$d/all" ||
         bad "$_call, $_np ranks${MODE:+ ($MODE)}: the host rank did not end its wait with the expected error"
     else
       # the call, the communicator, what waited, the deadline and the cause
-      grep "^mixed_kinds_prog: rank $r: MPI_[A-Za-z() ]* failed: ncclmpi: MPI_[A-Za-z]*: " "$d/all" | grep -F "comm0{rank $r/$_np," |
-        grep -F "$_what" | grep -qF "did not complete in 5 s (NCCLMPI_TIMEOUT): $cause" ||
+      grep -a "^mixed_kinds_prog: rank $r: MPI_[A-Za-z() ]* failed: ncclmpi: MPI_[A-Za-z]*: " "$d/all" | grep -aF "comm0{rank $r/$_np," |
+        grep -F "$_what" | grep -aqF "did not complete in 5 s (NCCLMPI_TIMEOUT): $cause" ||
         bad "$_call, $_np ranks${MODE:+ ($MODE)}: rank $r did not get the expected error"
     fi
     r=$((r + 1))
@@ -65,7 +65,7 @@ for np in 2 3; do
 done
 # the default handler: the first rank's error aborts the job, with its message
 if run 3 allreduce; then
-  grep -q "MPI_ERRORS_ARE_FATAL" "$d/all" && grep -q "did not complete in 5 s (NCCLMPI_TIMEOUT): $cause" "$d/all" ||
+  grep -aq "MPI_ERRORS_ARE_FATAL" "$d/all" && grep -aq "did not complete in 5 s (NCCLMPI_TIMEOUT): $cause" "$d/all" ||
     bad "allreduce, 3 ranks, MPI_ERRORS_ARE_FATAL: the job did not end with the error"
   echo "mixed_kinds: allreduce, 3 ranks, MPI_ERRORS_ARE_FATAL: the job ended with the error in $took s"
 else
@@ -74,7 +74,7 @@ fi
 # every rank on device memory, rank 1 60 s late: the others' MPI_Wait for the staged
 # MPI_Iallreduce waits in the real MPI's request, marked fatal: the job ends at 1.5 x 5 + 1 s
 if run 2 late; then
-  grep -q "^\[ncclmpi r0\] ERROR CALL MPI_Wait has waited [0-9]* s for its device requests (NCCLMPI_TIMEOUT=5)" "$d/all" ||
+  grep -aq "^\[ncclmpi r0\] ERROR CALL MPI_Wait has waited [0-9]* s for its device requests (NCCLMPI_TIMEOUT=5)" "$d/all" ||
     bad "late, 2 ranks: rank 0's MPI_Wait did not end with the expected error"
   echo "mixed_kinds: late peer, 2 ranks: rank 0's MPI_Wait ended the job in $took s"
 else

@@ -34,8 +34,10 @@ static int report(int rc, int rank, const char *call)
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, s, &len);
-    printf("mixed_kinds_prog: rank %d: MPI_%s failed: %s\n", rank, call, s);
-    fflush(stdout);
+    /* (on stderr: Open MPI 5's launcher drops what a rank wrote to stdout, when stdout is a file,
+     * once another rank aborts the job) */
+    fprintf(stderr, "mixed_kinds_prog: rank %d: MPI_%s failed: %s\n", rank, call, s);
+    fflush(stderr);
     for (const double t = MPI_Wtime(); MPI_Wtime() - t < linger;) usleep(100000);  /* (signals cut a sleep short) */
     return 1;
 }
