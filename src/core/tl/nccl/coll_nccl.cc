@@ -248,10 +248,18 @@ struct P2P {
     std::vector<char *> rp;
     std::vector<size_t> rn;
     explicit P2P(int n) : sp(n, nullptr), sn(n, 0), rp(n, nullptr), rn(n, 0) {}
-    nm_status_t post(NcclCall &c) const
+    // self: this rank's own block is a local copy of the bytes both sides name (never an NCCL send
+    // and receive to itself, which NCCL refuses when their sizes differ: a root passing a NULL
+    // receive buffer and count 0 to MPI_Scatter, as mpi4py's tests do)
+    nm_status_t post(NcclCall &c, int self) const
     {
         if (c.st != NM_OK) return c.st;
         for (int p = 0; p < (int)sp.size(); p++) {
+            if (p == self) {
+                const size_t k = sn[p] < rn[p] ? sn[p] : rn[p];
+                if (k) c.post_d2d(rp[p], sp[p], k);
+                continue;
+            }
             if (sn[p]) c.call(NcclRec::SEND, sp[p], nullptr, sn[p], ncclInt8, 0, p);
             if (rn[p]) c.call(NcclRec::RECV, nullptr, rp[p], rn[p], ncclInt8, 0, p);
         }
@@ -329,7 +337,7 @@ nm_status_t nccl_allgatherv(NcclCall &c)
         x.rp[p] = c.seg(SEG_RECV, BUF_OUT, (size_t)o.rdispls[p], (size_t)o.rcounts[p]);
         x.rn[p] = c.bytes(SEG_RECV, (size_t)o.rcounts[p]);
     }
-    return x.post(c);
+    return x.post(c, c.op.rank);
 }
 
 nm_status_t nccl_alltoall(NcclCall &c)
@@ -357,7 +365,7 @@ nm_status_t nccl_alltoall(NcclCall &c)
         x.rp[p] = dst + p * blk;
         x.rn[p] = blk;
     }
-    return x.post(c);
+    return x.post(c, c.op.rank);
 }
 
 nm_status_t nccl_alltoallv(NcclCall &c)
@@ -379,7 +387,7 @@ nm_status_t nccl_alltoallv(NcclCall &c)
             x.sn[p] = c.bytes(SEG_SEND, (size_t)o.scounts[p]);
         }
     }
-    return x.post(c);
+    return x.post(c, c.op.rank);
 }
 
 // In place the input is the whole receive buffer and the result belongs at its start. Rank 0's
@@ -448,7 +456,9 @@ static nm_status_t gather_common(NcclCall &c, bool v)
     const nm_op_t &o = c.op.o;
     const int n = c.op.n, rank = c.op.rank;
     const bool root = c.op.root, inplace = c.op.inplace;
-    if (!v && nccl.ncclGather) {
+    // (NCCL's gather only where the root sends its whole block; else sends and receives)
+    const bool whole = !root || inplace || c.bytes(SEG_RECV, (size_t)o.rcount) == c.bytes(SEG_SEND, (size_t)o.scount);
+    if (!v && nccl.ncclGather && whole) {
         size_t blk = root ? c.bytes(SEG_RECV, (size_t)o.rcount) : c.bytes(SEG_SEND, (size_t)o.scount);
         char *dst = root ? c.seg(SEG_RECV, inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n) : nullptr;
         const char *src = root && inplace ? dst + o.root * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
@@ -467,7 +477,7 @@ static nm_status_t gather_common(NcclCall &c, bool v)
             x.rp[p] = c.seg(SEG_RECV, BUF_OUT, v ? (size_t)o.rdispls[p] : p * (size_t)o.rcount, cnt);
             x.rn[p] = c.bytes(SEG_RECV, cnt);
         }
-    return x.post(c);
+    return x.post(c, c.op.rank);
 }
 
 nm_status_t nccl_gather(NcclCall &c) { return gather_common(c, false); }
@@ -478,7 +488,9 @@ static nm_status_t scatter_common(NcclCall &c, bool v)
     const nm_op_t &o = c.op.o;
     const int n = c.op.n, rank = c.op.rank;
     const bool root = c.op.root, rin = o.rbuf == MPI_IN_PLACE;
-    if (!v && nccl.ncclScatter) {
+    // (NCCL's scatter only where the root receives its whole block; else sends and receives)
+    const bool whole = !root || rin || c.bytes(SEG_RECV, (size_t)o.rcount) == c.bytes(SEG_SEND, (size_t)o.scount);
+    if (!v && nccl.ncclScatter && whole) {
         size_t blk = root ? c.bytes(SEG_SEND, (size_t)o.scount) : c.bytes(SEG_RECV, (size_t)o.rcount);
         char *src = root ? c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount * n) : nullptr;
         char *dst = root && rin ? src + o.root * blk : c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
@@ -497,7 +509,7 @@ static nm_status_t scatter_common(NcclCall &c, bool v)
         x.rp[o.root] = c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
         x.rn[o.root] = c.bytes(SEG_RECV, (size_t)o.rcount);
     }
-    return x.post(c);
+    return x.post(c, c.op.rank);
 }
 
 nm_status_t nccl_scatter(NcclCall &c) { return scatter_common(c, false); }
