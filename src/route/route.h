@@ -269,6 +269,20 @@ typedef struct {
 } nm_defer_in_t;
 int nm_env_send_defers(const nm_defer_in_t *in);
 
+/* ---- launches that wait for every rank (NCCLMPI_RENDEZVOUS) ----
+ * An NCCL kernel waits on the GPU for its peers' kernels, and a device-wide synchronisation
+ * (cudaFree, cudaDeviceSynchronize) waits for every kernel in flight in its process. With several
+ * threads, each with its own communicator, a thread held in such a synchronisation behind a kernel
+ * of another communicator whose peer is held the same way on its own rank never returns. A
+ * communicator whose blocking collectives launch only once every rank has reached the call (a
+ * small host agreement first) has no kernel waiting for a peer that has not reached it.
+ * setting: NCCLMPI_RENDEZVOUS's index (NM_RDV_*; the settings are compared across ranks at
+ * MPI_Init); any_thread_multiple: 1 when some rank of the communicator runs under
+ * MPI_THREAD_MULTIPLE (exchanged at the communicator's creation, so every rank decides alike).
+ * 1: its blocking collectives wait for every rank before their launch. */
+typedef enum { NM_RDV_AUTO = 0, NM_RDV_ON = 1, NM_RDV_OFF = 2 } nm_rdv_setting_t;
+int nm_launch_rendezvous(int setting, int any_thread_multiple);
+
 /* ---- sizes in the real MPI's int arguments ----
  * 1 when n bytes (or elements) fit an int argument of the real MPI, with *out set; else 0 (the
  * caller reports MPI_ERR_COUNT, or MPI_ERR_TRUNCATE for a receive that cannot hold it). */

@@ -58,3 +58,12 @@ int nm_env_send_defers(const nm_defer_in_t *in)
     return in->env_active && in->may_hold && (in->flags & NM_OPF_NB) && in->kind == NM_OPK_SEND &&
            !(in->flags & NM_OPF_PERS) && in->send_mode && in->queue;
 }
+
+int nm_launch_rendezvous(int setting, int any_thread_multiple)
+{
+    switch (setting) {
+    case NM_RDV_ON: return 1;
+    case NM_RDV_OFF: return 0;
+    default: return any_thread_multiple != 0;
+    }
+}

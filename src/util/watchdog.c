@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "util/config.h"

@@ -158,8 +158,13 @@ struct fq {
     struct fq_item *head, *tail;  /* the head runs until it is done */
     int started;
     unsigned long gen;            /* the context generation it was made in (a reset, below) */
+    unsigned long queued, done;   /* items ever enqueued, and run to their end */
+    pthread_t runner;             /* its thread, once started */
+    struct fq *next_q;            /* every stream of the process (fq_all), for device-wide waits */
 };
-static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0};
+static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, 0, NULL};
+static pthread_mutex_t fq_all_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fq *fq_all = &legacy_q;
 /* Device resets (cuDevicePrimaryCtxReset, the runtime's cudaDeviceReset): a new generation of the
  * context. As on the real driver (measured on an H200, driver 580): the context's id changes
  * (cuCtxGetId), its memory goes (device and pinned allocations: made inaccessible here, so touching
@@ -197,6 +202,7 @@ static void *fq_run(void *p)
         pthread_mutex_lock(&q->mu);
         q->head = it->next;
         if (!q->head) q->tail = NULL;
+        q->done++;
         free(it);
         pthread_cond_broadcast(&q->cv);
     }
@@ -220,11 +226,13 @@ EXPORT void fake_cuda_enqueue(CUstream s, void (*fn)(void *), const void *arg, s
         pthread_t th;
         pthread_create(&th, NULL, fq_run, q);
         pthread_detach(th);
+        q->runner = th;
         q->started = 1;
     }
     if (q->tail) q->tail->next = it;
     else q->head = it;
     q->tail = it;
+    q->queued++;
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }
@@ -234,6 +242,35 @@ static void fq_drain(struct fq *q)
     pthread_mutex_lock(&q->mu);
     while (q->head) pthread_cond_wait(&q->cv, &q->mu);
     pthread_mutex_unlock(&q->mu);
+}
+/* A device-wide synchronisation, as the real cuMemFree makes (cudaFree's implicit one): the
+ * caller waits for the work every stream of the process held when it called, NCCL's kernels
+ * included, work queued later not waited for. Called from a stream's own thread it would wait for
+ * itself: that thread skips its own stream. */
+static void fq_device_sync(void)
+{
+    if (!async_on()) return;
+    pthread_mutex_lock(&fq_all_mu);
+    size_t n = 0;
+    for (struct fq *q = fq_all; q; q = q->next_q) n++;
+    struct fq **qs = malloc(n * sizeof(*qs));
+    unsigned long *upto = malloc(n * sizeof(*upto));
+    n = 0;
+    for (struct fq *q = fq_all; q; q = q->next_q) {
+        pthread_mutex_lock(&q->mu);
+        qs[n] = q;
+        upto[n++] = q->queued;
+        pthread_mutex_unlock(&q->mu);
+    }
+    pthread_mutex_unlock(&fq_all_mu);
+    for (size_t i = 0; i < n; i++) {
+        struct fq *q = qs[i];
+        pthread_mutex_lock(&q->mu);
+        while (q->done < upto[i] && !pthread_equal(q->runner, pthread_self())) pthread_cond_wait(&q->cv, &q->mu);
+        pthread_mutex_unlock(&q->mu);
+    }
+    free(qs);
+    free(upto);
 }
 static int fq_idle(struct fq *q)
 {
@@ -292,14 +329,19 @@ EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevicept
     if (size) *size = allocs[i].n;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuMemFree(CUdeviceptr p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemFree(CUdeviceptr p)
+{
+    fq_device_sync();
+    untrack((uintptr_t)p);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
     (void)s;
     if (fake_fail("cuMemAllocAsync")) return CUDA_ERROR_OUT_OF_MEMORY;
     return mem_alloc(p, n);
 }
-static void free_later(void *a) { cuMemFree(*(CUdeviceptr *)a); }
+static void free_later(void *a) { untrack((uintptr_t)*(CUdeviceptr *)a); }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
     fake_cuda_enqueue(s, free_later, &p, sizeof(p));
@@ -409,6 +451,10 @@ EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
     q->gen = fake_cuda_ctx_gen;
+    pthread_mutex_lock(&fq_all_mu);
+    q->next_q = fq_all;
+    fq_all = q;
+    pthread_mutex_unlock(&fq_all_mu);
     *s = (CUstream)(void *)q;
     return CUDA_SUCCESS;
 }
@@ -417,7 +463,16 @@ EXPORT CUresult cuStreamDestroy(CUstream s)
 {
     struct fq *q = q_of(s);
     fq_drain(q);
-    if (!q->started && q != &legacy_q) free(q);
+    if (!q->started && q != &legacy_q) {
+        pthread_mutex_lock(&fq_all_mu);
+        for (struct fq **pp = &fq_all; *pp; pp = &(*pp)->next_q)
+            if (*pp == q) {
+                *pp = q->next_q;
+                break;
+            }
+        pthread_mutex_unlock(&fq_all_mu);
+        free(q);
+    }
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { (void)s; *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }

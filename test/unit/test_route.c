@@ -701,6 +701,23 @@ static void test_stage_paths(void)
     CHECK(!nm_env_send_defers(&df));
 }
 
+/* NCCLMPI_RENDEZVOUS: AUTO follows MPI_THREAD_MULTIPLE on any rank; ON and OFF whatever it is */
+static void test_rendezvous(void)
+{
+    CHECK(nm_launch_rendezvous(NM_RDV_AUTO, 1) == 1);
+    CHECK(nm_launch_rendezvous(NM_RDV_AUTO, 0) == 0);
+    CHECK(nm_launch_rendezvous(NM_RDV_ON, 0) == 1);
+    CHECK(nm_launch_rendezvous(NM_RDV_ON, 1) == 1);
+    CHECK(nm_launch_rendezvous(NM_RDV_OFF, 1) == 0);
+    CHECK(nm_launch_rendezvous(NM_RDV_OFF, 0) == 0);
+    /* the setting's index as config.def's LEVEL row spells it */
+    char *off[] = {"NCCLMPI_RENDEZVOUS=off", NULL}, *on[] = {"NCCLMPI_RENDEZVOUS=On", NULL}, *none[] = {NULL};
+    CHECK(nm_config_parse(off) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF);
+    CHECK(nm_config_parse(on) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_ON);
+    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_AUTO);
+    nm_config_load();
+}
+
 int main(void)
 {
     test_route();
@@ -713,6 +730,7 @@ int main(void)
     test_fuse_plan();
     test_minmax_split();
     test_stage_paths();
+    test_rendezvous();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

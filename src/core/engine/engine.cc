@@ -465,8 +465,10 @@ class QueueLock {
     MtLock<std::mutex> g_;  // below MPI_THREAD_MULTIPLE no other thread is in ncclmpi
 };
 
-// Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it.
-static nm_status_t round_wait(CommState *cs, Round *r, std::string *err)
+// Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it. what: the round's purpose,
+// for the messages.
+static nm_status_t round_wait(CommState *cs, Round *r, std::string *err,
+                              const char *what = "the agreement on the next group of nonblocking operations")
 {
     bool warned = false;
     for (unsigned spin = 0;; spin++) {
@@ -476,15 +478,14 @@ static nm_status_t round_wait(CommState *cs, Round *r, std::string *err)
         if ((spin & 255) == 255) {
             const double now = nm_now_s(), waited = now - r->t0;
             if (Deadline(r->t0).passed(now)) {
-                *err = Deadline::expired(cs->describe() + ": the agreement on the next group of nonblocking operations");
+                *err = Deadline::expired(cs->describe() + ": " + what);
                 if (cs->pg) cs->pg->fail(*err);
                 cs->cap.store(NM_CAP_FAILED);
                 return NM_ERR_TIMEOUT;
             }
             if (!warned && nm_cfg.WARN_AFTER > 0 && waited > nm_cfg.WARN_AFTER) {
                 warned = true;
-                NM_WARN(COLL, "%s: waiting %.0f s for the other ranks to agree on a group of nonblocking operations",
-                        cs->describe().c_str(), waited);
+                NM_WARN(COLL, "%s: waiting %.0f s for the other ranks: %s", cs->describe().c_str(), waited, what);
             }
             sched_yield();
         }
@@ -647,6 +648,25 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
     nm_status_t st;
     const bool queued = __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0;
     if (queued) engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
+    if (cs->rendezvous && cs->hidden != MPI_COMM_NULL) {
+        // NCCLMPI_RENDEZVOUS (route.h): launched only once every rank is in this call. The round
+        // starts under the lock, in this communicator's order of rounds on every rank, and is
+        // waited for without it.
+        Round *r;
+        {
+            QueueLock g(cs);
+            st = flush_waitable_locked(cs, UINT64_MAX, err);
+            r = st == NM_OK ? round_start(cs, 1) : nullptr;
+        }
+        if (r && (st = round_wait(cs, r, err, "every rank reaching this blocking collective (NCCLMPI_RENDEZVOUS)")) != NM_OK)
+            to_background(MPI_COMM_NULL, {r});
+        else
+            delete r;
+        if (st != NM_OK) {
+            op_put(op);
+            return st;
+        }
+    }
     {
         QueueLock g(cs);
         // what this communicator queued goes first, in groups agreed with the other ranks (every
