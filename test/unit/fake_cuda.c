@@ -243,13 +243,15 @@ static void fq_drain(struct fq *q)
     while (q->head) pthread_cond_wait(&q->cv, &q->mu);
     pthread_mutex_unlock(&q->mu);
 }
-/* A device-wide synchronisation, as the real cuMemFree makes (cudaFree's implicit one): the
+/* FAKE_CUDA_FREE_SYNC=1 (with FAKE_CUDA_ASYNC=1): a device-wide synchronisation, as the real
+ * cuMemFree makes (cudaFree's implicit one): the
  * caller waits for the work every stream of the process held when it called, NCCL's kernels
  * included, work queued later not waited for. Called from a stream's own thread it would wait for
  * itself: that thread skips its own stream. */
 static void fq_device_sync(void)
 {
-    if (!async_on()) return;
+    static int on = -1;
+    if (!async_on() || !env_on("FAKE_CUDA_FREE_SYNC", &on)) return;
     pthread_mutex_lock(&fq_all_mu);
     size_t n = 0;
     for (struct fq *q = fq_all; q; q = q->next_q) n++;

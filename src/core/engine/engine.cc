@@ -648,7 +648,7 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
     nm_status_t st;
     const bool queued = __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0;
     if (queued) engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
-    if (cs->rendezvous && cs->hidden != MPI_COMM_NULL) {
+    if (cs->rendezvous && cs->hidden != MPI_COMM_NULL && !(op->act & NM_ACT_CARRIER)) {  // (a carrier's empty ranks are not here)
         // NCCLMPI_RENDEZVOUS (route.h): launched only once every rank is in this call. The round
         // starts under the lock, in this communicator's order of rounds on every rank, and is
         // waited for without it.
