@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <string>
@@ -49,6 +50,20 @@ struct DepthGuard {
 };
 
 static bool initialized, finalized;
+
+// NCCLMPI_RENDEZVOUS (route.h, nm_turn_applies): whether turns are taken, agreed over
+// MPI_COMM_WORLD at MPI_Init; the process's turn: 1 while a thread's blocking collective holds it.
+static int turns_on;
+static std::atomic<int> turn_taken{0};
+struct Turn {
+    bool held = false;
+    void release()
+    {
+        if (held) turn_taken.store(0, std::memory_order_release);
+        held = false;
+    }
+    ~Turn() { release(); }
+};
 }  // namespace ncclmpi
 // Communicators marked PENDING: while any is, Fortran collectives take the C path too (a
 // blocking collective on one creates its NCCL communicator, on every rank).
@@ -130,12 +145,13 @@ static int self_delete_fn(MPI_Comm, int, void *, void *)
 }
 
 // Settings that decide routes, groups or chunking must be equal on every rank: compared once.
-static void check_settings_agree()
+// Returns 1 when some rank runs under MPI_THREAD_MULTIPLE (the same on every rank).
+static int check_settings_agree()
 {
     char text[512];
     snprintf(text, sizeof(text), "DISABLE=%d FORCE_STAGED=%d AGREE=%d COALESCE=%d COALESCE_MAX=%ld STAGE_CHUNK=%zu "
              "MANAGED=%s EAGER=%d SPLIT=%d STATS=%d ONESHOT=%d ONESHOT_MAX=%zu kernels=%d P2P_ENVELOPE=%s/%zu "
-             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld CONNECT=%s/%ld TIMEOUT>0=%d",
+             "SHARED_GPU=%d/%zu/%d/%zu FUSE=%s/%zu/%ld CONNECT=%s/%ld TIMEOUT>0=%d RENDEZVOUS=%d",
              nm_cfg.DISABLE,
              nm_cfg.FORCE_STAGED, nm_cfg.AGREE, nm_cfg.COALESCE, nm_cfg.COALESCE_MAX, nm_cfg.STAGE_CHUNK,
              nm_cfg.MANAGED, nm_cfg.EAGER, nm_cfg.SPLIT,
@@ -144,14 +160,17 @@ static void check_settings_agree()
              (size_t)nm_cfg.P2P_ENVELOPE_MIN, nm_cfg.SHARED_GPU, (size_t)nm_cfg.SHARED_MIN,
              nm_cfg_from_env("SHARED_MIN"), (size_t)nm_cfg.SHARED_SLOT, nm_cfg.FUSE, (size_t)nm_cfg.FUSE_MAX,
              nm_cfg.FUSE_MIN, nm_cfg.CONNECT, nm_cfg.CONNECT_PEERS,
-             nm_cfg.TIMEOUT > 0);  // (the NCCLMPI_AGREE vote is nonblocking with a timeout: route_vote)
-    long long mine[2], all[2] = {0, 0};
+             nm_cfg.TIMEOUT > 0,  // (the NCCLMPI_AGREE vote is nonblocking with a timeout: route_vote)
+             (int)nm_cfg.RENDEZVOUS);
+    long long mine[3], all[3] = {0, 0, 0};
     nm_same_put(mine, nm_hash_str(text));
-    world_max(mine, all, 2, "ncclmpi's settings check");
-    if (nm_same_everywhere(mine, all)) return;
+    mine[2] = nm_thread_multiple;  // (its maximum: some rank's)
+    world_max(mine, all, 3, "ncclmpi's settings check");
+    if (nm_same_everywhere(mine, all)) return all[2] != 0;
     fprintf(stderr, "[ncclmpi] ERROR rank %d: NCCLMPI_* settings differ between ranks (this rank: %s); they must be "
             "equal on every rank (mpirun -x); is libncclmpi loaded in every rank?\n", world_rank(), text);
     PMPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
 }
 
 static void init_locked()
@@ -172,7 +191,7 @@ static void init_locked()
     // language binding, before the real finalize.
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);
     PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, nullptr);
-    check_settings_agree();
+    turns_on = nm_launch_rendezvous((int)nm_cfg.RENDEZVOUS, check_settings_agree());
     if (!nm_cfg.DISABLE) nm_win_state |= NM_WIN_ON;  // (the same on every rank: settings agree)
     if (!nm_cfg.DISABLE) nccl_connect_setup();
     env_init();
@@ -445,6 +464,35 @@ static bool route_vote(nm_op_t *o, CommState *cs, nm_route_in_t *in, int *rc)
     return true;
 }
 
+// NCCLMPI_RENDEZVOUS (route.h): take the process's turn where it is free, and agree on o->comm
+// whether every rank did; where one did not, in->busy (the call is staged on every rank) and the
+// turn is given back. false with *rc: the agreement failed or ran out.
+static bool take_turn(nm_op_t *o, CommState *cs, nm_route_in_t *in, Turn *turn, int *rc)
+{
+    static const char why[] = "agreeing that no other thread has NCCL work on any rank (NCCLMPI_RENDEZVOUS)";
+    int expect = 0;
+    turn->held = turn_taken.compare_exchange_strong(expect, 1, std::memory_order_acquire);
+    int all = 0;
+    WaitWatch w(nm_fn_names[o->fn], why);
+    const int mine = turn->held ? 1 : 0;
+    // (a blocking allreduce without NCCLMPI_TIMEOUT, as the NCCLMPI_AGREE vote: Open MPI 4.1's
+    // nonblocking collectives, progressed by several threads at once, crashed in libnbc)
+    if (nm_cfg.TIMEOUT <= 0) {
+        PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, o->comm);
+    } else if (std::string err; agree_min(mine, &all, o->comm, cs->describe(), why, &err) != NM_OK) {
+        turn->release();
+        cs->why_failed = err;
+        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+        *rc = raise_error(o, NM_ERR_TIMEOUT, err);
+        return false;
+    }
+    if (!all) {
+        turn->release();
+        in->busy = 1;  // (counted as the staged route; said once, note_staged)
+    }
+    return true;
+}
+
 // nm_enter without the core's own call of the real MPI: an Enter (scratch: envelope_host's)
 static int enter(nm_op_t *o, int *rc, void *scratch)
 {
@@ -507,6 +555,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     if ((d.route != NCCLMPI_ROUTE_HOST || c.device >= 0) && NM_UNLIKELY(!cuda_ctx_current(c.device))) {
         *rc = raise_error(o, NM_ERR_CUDA, nm_reset_why);
         return ENTER_DONE;
+    }
+    Turn turn;  // (given back when the call returns: its NCCL work is done by then)
+    if (NM_UNLIKELY(turns_on) && nm_turn_applies(&in, d)) {
+        nm_flush();
+        if (!take_turn(o, cs, &in, &turn, rc)) return ENTER_DONE;
+        if (in.busy) d = nm_route(&in);
     }
     if (d.act & NM_ACT_PENDING) {
         int expect = NM_CAP_UNKNOWN;

@@ -76,6 +76,8 @@ nm_decision_t nm_route(const nm_route_in_t *in)
     if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
     if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT_COLL, act);
     if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED, act);
+    /* another thread's NCCL work on some rank: nothing made now, every rank staged */
+    if (in->busy && in->cap != NM_CAP_FAILED) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_THREADS, 0);
     /* a window exists only on a READY communicator; NCCLMPI_AGREE keeps its vote's routes */
     if (in->oneshot && in->cap == NM_CAP_READY && !in->agree) return mk(NCCLMPI_ROUTE_ONESHOT, NM_WHY_ONESHOT, act);
     if (!nm_route_nccl_capable(in)) return mk(NCCLMPI_ROUTE_STAGED, incapable_why(in), act);
@@ -118,6 +120,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_DISABLED] = "NCCLMPI_DISABLE=1",
         [NM_WHY_NCCL] = "NCCL",
         [NM_WHY_FORCED] = "NCCLMPI_FORCE_STAGED=1",
+        [NM_WHY_THREADS] = "another thread's NCCL work (NCCLMPI_RENDEZVOUS)",
         [NM_WHY_OP] = "op not in NCCL",
         [NM_WHY_TYPE] = "datatype not in NCCL for reductions",
         [NM_WHY_EMPTY] = "no data on this rank",

@@ -63,6 +63,7 @@ typedef enum {
     NM_WHY_NEIGHBOR,      /* neighbourhood collective on device buffers: staged */
     NM_WHY_PERSISTENT_COLL, /* persistent collective (MPI-4) on device buffers: not supported */
     NM_WHY_PEERS,         /* the communicator's sends and receives are not connected yet */
+    NM_WHY_THREADS,       /* NCCLMPI_RENDEZVOUS: another thread of some rank's process had NCCL work */
     NM_WHY_COUNT_
 } nm_why_t;
 
@@ -94,6 +95,8 @@ typedef struct nm_route_in {
     int peers_cold;    /* READY, but NCCL's sends and receives are not connected to every peer
                           (NCCLMPI_CONNECT, larger than NCCLMPI_CONNECT_PEERS): the agreed state of
                           the communicator's NCCL side, changed only by NM_ACT_CONNECT */
+    int busy;          /* NCCLMPI_RENDEZVOUS: the ranks' turn found some process with NCCL work of
+                          another thread (agreed: MIN over ranks; see nm_turn_applies) */
 } nm_route_in_t;
 
 typedef struct nm_decision {
@@ -269,19 +272,30 @@ typedef struct {
 } nm_defer_in_t;
 int nm_env_send_defers(const nm_defer_in_t *in);
 
-/* ---- launches that wait for every rank (NCCLMPI_RENDEZVOUS) ----
- * An NCCL kernel waits on the GPU for its peers' kernels, and a device-wide synchronisation
- * (cudaFree, cudaDeviceSynchronize) waits for every kernel in flight in its process. With several
- * threads, each with its own communicator, a thread held in such a synchronisation behind a kernel
- * of another communicator whose peer is held the same way on its own rank never returns. A
- * communicator whose blocking collectives launch only once every rank has reached the call (a
- * small host agreement first) has no kernel waiting for a peer that has not reached it.
+/* ---- one thread's NCCL work at a time per process (NCCLMPI_RENDEZVOUS) ----
+ * An NCCL kernel waits on the GPU for its peers' kernels, and a device-wide synchronisation of the
+ * application's (cudaFree, cudaDeviceSynchronize) waits for every kernel in flight in its process,
+ * holding a driver lock that also stops other threads' launches and allocations there. With
+ * threads each using a communicator of its own, in orders that differ by rank, a thread held
+ * there behind a kernel of another communicator, whose peer is held the same way on its own rank,
+ * never returns; so does a communicator's creation (NCCL's initialization, connections and
+ * allocations) run while another thread's kernel waits for a peer.
+ * Under it, a blocking collective that would make NCCL work (its communicator's creation, a
+ * connection, an NCCL or one-shot launch) first takes its process's turn, where no other thread
+ * of ncclmpi's holds it, and the ranks agree (one small host allreduce, MIN) whether every one
+ * did: then each holds its process's only NCCL work of ncclmpi until the call returns; else the
+ * call takes the staged path (busy), on every rank, and nothing is created. Each process then
+ * has at most one thread's NCCL work in flight, and its peers have reached that same call.
  * setting: NCCLMPI_RENDEZVOUS's index (NM_RDV_*; the settings are compared across ranks at
- * MPI_Init); any_thread_multiple: 1 when some rank of the communicator runs under
- * MPI_THREAD_MULTIPLE (exchanged at the communicator's creation, so every rank decides alike).
- * 1: its blocking collectives wait for every rank before their launch. */
+ * MPI_Init); any_thread_multiple: 1 when some rank of the job runs under MPI_THREAD_MULTIPLE
+ * (agreed over MPI_COMM_WORLD at MPI_Init, so every rank decides alike). 1: turns are taken. */
 typedef enum { NM_RDV_AUTO = 0, NM_RDV_ON = 1, NM_RDV_OFF = 2 } nm_rdv_setting_t;
 int nm_launch_rendezvous(int setting, int any_thread_multiple);
+/* 1 when the call routed as d (from in, not busy) takes the turn first: a blocking collective on
+ * an intracommunicator that creates or connects the communicator's NCCL side, or launches on the
+ * NCCL or one-shot route without a zero-count carrier (whose ranks without data are not in it).
+ * Every rank of the communicator decides alike (the routes and actions it reads are agreed). */
+int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d);
 
 /* ---- sizes in the real MPI's int arguments ----
  * 1 when n bytes (or elements) fit an int argument of the real MPI, with *out set; else 0 (the

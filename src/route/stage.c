@@ -67,3 +67,11 @@ int nm_launch_rendezvous(int setting, int any_thread_multiple)
     default: return any_thread_multiple != 0;
     }
 }
+
+int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d)
+{
+    if (in->flags & (NM_OPF_NB | NM_OPF_PERS)) return 0;
+    if (!(nm_opk(in->kind) & NM_KF_COLL) || in->cap == NM_CAP_INTER) return 0;
+    if (d.act & (NM_ACT_CREATE | NM_ACT_CONNECT)) return 1;
+    return (d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT) && !(d.act & NM_ACT_CARRIER);
+}

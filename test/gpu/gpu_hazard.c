@@ -1519,11 +1519,17 @@ static void churn_make(MPI_Comm parent, int it, MPI_Comm *a, MPI_Comm *b)
  * where it runs on NCCL (a GPU per rank, under ncclmpi, not staged by a setting): Open MPI 4.1's
  * own nonblocking collectives crash when their communicator is freed before they complete (seen
  * without ncclmpi), so elsewhere every rank waits before the free. */
+static int churn_threaded; /* use_churn_threads */
 static int churn_pend_across_free(void)
 {
     const char *agree = getenv("NCCLMPI_AGREE"), *staged = getenv("NCCLMPI_FORCE_STAGED");
+    /* (with threads, NCCLMPI_RENDEZVOUS's turns stage a call that meets another thread's NCCL
+     * work, and a communicator whose first blocking collective was staged so has no NCCL side:
+     * its nonblocking collectives are Open MPI's own too) */
+    const char *rdv = getenv("NCCLMPI_RENDEZVOUS");
+    const int turns = churn_threaded && !(rdv && (rdv[0] == 'o' || rdv[0] == 'O') && (rdv[1] == 'f' || rdv[1] == 'F'));
     return !host_mode && g_distinct && dlsym(RTLD_DEFAULT, "ncclmpi_get_stats") && !(agree && agree[0] == '1') &&
-           !(staged && staged[0] == '1');
+           !(staged && staged[0] == '1') && !turns;
 }
 
 typedef struct {
@@ -1617,6 +1623,7 @@ static void *churn_thread(void *vp)
 static void sc_use_churn_threads(void)
 {
     static churn_arg_t c[2];
+    churn_threaded = 1;
     for (int it = 0; it < CHURN_MAX / 2; it++)
         for (int t = 0; t < 2; t++) {
             c[t].tid = t;

@@ -714,14 +714,61 @@ static void test_rendezvous(void)
     char *off[] = {"NCCLMPI_RENDEZVOUS=off", NULL}, *on[] = {"NCCLMPI_RENDEZVOUS=On", NULL}, *none[] = {NULL};
     CHECK(nm_config_parse(off) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF);
     CHECK(nm_config_parse(on) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_ON);
-    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF);
+    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_AUTO); /* the default */
     nm_config_load();
+}
+
+/* NCCLMPI_RENDEZVOUS's turns: which calls take one, and a busy turn's route */
+static void test_turns(void)
+{
+    nm_route_in_t in = dev_coll(NM_OPK_ALLREDUCE);
+    CHECK(nm_turn_applies(&in, nm_route(&in)) == 1); /* an NCCL launch */
+    in.flags = NM_OPF_NB;
+    CHECK(nm_turn_applies(&in, nm_route(&in)) == 0); /* nonblocking: none */
+    in.flags = NM_OPF_PERS;
+    CHECK(nm_turn_applies(&in, nm_route(&in)) == 0);
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.oneshot = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ONESHOT && nm_turn_applies(&in, nm_route(&in)) == 1);
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.cap = NM_CAP_UNKNOWN; /* a creation: every rank takes the turn first */
+    nm_decision_t d = nm_route(&in);
+    CHECK((d.act & NM_ACT_CREATE) && nm_turn_applies(&in, d) == 1);
+    in.busy = 1; /* some process had another thread's NCCL work: staged, nothing created */
+    d = nm_route(&in);
+    CHECK(d.route == NCCLMPI_ROUTE_STAGED && d.why == NM_WHY_THREADS && d.act == 0);
+    CHECK(nm_turn_applies(&in, d) == 0);
+    in.cap = NM_CAP_READY;
+    in.oneshot = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_THREADS);
+    in.cap = NM_CAP_FAILED; /* a failed communicator still fails the call */
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_ERROR);
+    /* host buffers on a READY communicator: the real MPI, no turn; a creation takes one */
+    in = dev_coll(NM_OPK_BCAST);
+    in.rank_kind = NM_RK_HOST;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_turn_applies(&in, nm_route(&in)) == 0);
+    /* a zero-count carrier (ranks without data take the real MPI): no turn */
+    in = dev_coll(NM_OPK_GATHERV);
+    d = nm_route(&in);
+    CHECK(d.route == NCCLMPI_ROUTE_NCCL && (d.act & NM_ACT_CARRIER) && nm_turn_applies(&in, d) == 0);
+    /* point-to-point and intercommunicators: none */
+    in = dev_coll(NM_OPK_SEND);
+    CHECK(nm_turn_applies(&in, nm_route(&in)) == 0);
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.cap = NM_CAP_INTER;
+    CHECK(nm_turn_applies(&in, nm_route(&in)) == 0);
+    /* a connection of every peer (a cold communicator's blocking alltoall) takes one */
+    in = dev_coll(NM_OPK_ALLTOALL);
+    in.peers_cold = 1;
+    d = nm_route(&in);
+    CHECK((d.act & NM_ACT_CONNECT) && nm_turn_applies(&in, d) == 1);
 }
 
 int main(void)
 {
     test_route();
     test_route_agreement();
+    test_turns();
     test_maps();
     test_config();
     test_table();

@@ -150,7 +150,6 @@ struct Readiness {
     int nccl_version;
     CUuuid uuid;
     uint64_t nccl_host;  // nccl_host_id()
-    int thread_multiple;  // this rank runs under MPI_THREAD_MULTIPLE
     char why[48];
     SideOffer side;  // the kept sides it could take over (side_cache.h)
 };
@@ -254,7 +253,6 @@ void comm_create(CommState *cs, int device)
     if (!mine.ok && why.empty()) why = "no GPU identity";
     mine.nccl_version = nccl_loaded() ? nccl.version : 0;
     mine.nccl_host = nccl_host_id();
-    mine.thread_multiple = nm_thread_multiple;
     snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
     SideHeld *held = side_offer(cs, device, &mine.side);
     std::vector<Readiness> all(cs->size);
@@ -294,10 +292,7 @@ void comm_create(CommState *cs, int device)
         }
         return;
     }
-    int any_mt = 0;
-    for (int i = 0; i < cs->size; i++) any_mt |= all[i].thread_multiple;
-    cs->rendezvous = nm_launch_rendezvous((int)nm_cfg.RENDEZVOUS, any_mt) != 0;
-    if ((nm_cfg.COALESCE || cs->rendezvous) && cs->hidden == MPI_COMM_NULL) PMPI_Comm_dup(cs->comm, &cs->hidden);
+    if (nm_cfg.COALESCE && cs->hidden == MPI_COMM_NULL) PMPI_Comm_dup(cs->comm, &cs->hidden);
     const uint64_t id = side_common(offers.data(), cs->size, NM_SIDE_NCCL);
     if (side_settle(cs, held, id)) {
         NM_STAT_INC(nm_stats.sides_reused);
@@ -415,8 +410,7 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
     oneshot_setup(pg.get(), child);  // collective over the child: each of its ranks is here
     NM_STAT_INC(nm_stats.sides_made);
     std::lock_guard<std::mutex> g(cs->mu);
-    cs->rendezvous = ps->rendezvous;  // (agreed over the parent, whose ranks these are)
-    if (nm_cfg.COALESCE || cs->rendezvous) PMPI_Comm_dup(child, &cs->hidden);
+    if (nm_cfg.COALESCE) PMPI_Comm_dup(child, &cs->hidden);
     cs->pg = std::move(pg);
     cs->split_of = ps->side_id;
     cs->split_seq = ++ps->splits;

@@ -52,9 +52,6 @@ struct CommState {
     // rank of the parent splits it in the same order); the order of MPI_Finalize's destroys
     uint64_t split_of = 0;
     uint32_t split_seq = 0, splits = 0;
-    // agreed at the creation of its NCCL side: blocking collectives wait for every rank before
-    // their launch (route.h, nm_launch_rendezvous)
-    bool rendezvous = false;
 
     // engine (engine.cc), under mu
     std::deque<Op *> queue;       // nonblocking NCCL operations not launched yet, in call order

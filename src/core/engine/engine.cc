@@ -648,25 +648,6 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
     nm_status_t st;
     const bool queued = __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0;
     if (queued) engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
-    if (cs->rendezvous && cs->hidden != MPI_COMM_NULL && !(op->act & NM_ACT_CARRIER)) {  // (a carrier's empty ranks are not here)
-        // NCCLMPI_RENDEZVOUS (route.h): launched only once every rank is in this call. The round
-        // starts under the lock, in this communicator's order of rounds on every rank, and is
-        // waited for without it.
-        Round *r;
-        {
-            QueueLock g(cs);
-            st = flush_waitable_locked(cs, UINT64_MAX, err);
-            r = st == NM_OK ? round_start(cs, 1) : nullptr;
-        }
-        if (r && (st = round_wait(cs, r, err, "every rank reaching this blocking collective (NCCLMPI_RENDEZVOUS)")) != NM_OK)
-            to_background(MPI_COMM_NULL, {r});
-        else
-            delete r;
-        if (st != NM_OK) {
-            op_put(op);
-            return st;
-        }
-    }
     {
         QueueLock g(cs);
         // what this communicator queued goes first, in groups agreed with the other ranks (every
