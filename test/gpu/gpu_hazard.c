@@ -1527,7 +1527,7 @@ static int churn_pend_across_free(void)
      * work, and a communicator whose first blocking collective was staged so has no NCCL side:
      * its nonblocking collectives are Open MPI's own too) */
     const char *rdv = getenv("NCCLMPI_RENDEZVOUS");
-    const int turns = churn_threaded && !(rdv && (rdv[0] == 'o' || rdv[0] == 'O') && (rdv[1] == 'f' || rdv[1] == 'F'));
+    const int turns = churn_threaded && rdv && !((rdv[0] == 'o' || rdv[0] == 'O') && (rdv[1] == 'f' || rdv[1] == 'F'));
     return !host_mode && g_distinct && dlsym(RTLD_DEFAULT, "ncclmpi_get_stats") && !(agree && agree[0] == '1') &&
            !(staged && staged[0] == '1') && !turns;
 }

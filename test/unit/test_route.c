@@ -714,7 +714,7 @@ static void test_rendezvous(void)
     char *off[] = {"NCCLMPI_RENDEZVOUS=off", NULL}, *on[] = {"NCCLMPI_RENDEZVOUS=On", NULL}, *none[] = {NULL};
     CHECK(nm_config_parse(off) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF);
     CHECK(nm_config_parse(on) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_ON);
-    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_AUTO); /* the default */
+    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF); /* the default */
     nm_config_load();
 }
 
