@@ -1523,11 +1523,11 @@ static int churn_threaded; /* use_churn_threads */
 static int churn_pend_across_free(void)
 {
     const char *agree = getenv("NCCLMPI_AGREE"), *staged = getenv("NCCLMPI_FORCE_STAGED");
-    /* (with threads, NCCLMPI_RENDEZVOUS's turns stage a call that meets another thread's NCCL
-     * work, and a communicator whose first blocking collective was staged so has no NCCL side:
-     * its nonblocking collectives are Open MPI's own too) */
+    /* (with threads, NCCLMPI_RENDEZVOUS's turns, on unless it is OFF, may stage a creation that
+     * kept meeting another thread's NCCL work, and that communicator has no NCCL side: its
+     * nonblocking collectives are Open MPI's own too) */
     const char *rdv = getenv("NCCLMPI_RENDEZVOUS");
-    const int turns = churn_threaded && rdv && !((rdv[0] == 'o' || rdv[0] == 'O') && (rdv[1] == 'f' || rdv[1] == 'F'));
+    const int turns = churn_threaded && !(rdv && (rdv[0] == 'o' || rdv[0] == 'O') && (rdv[1] == 'f' || rdv[1] == 'F'));
     return !host_mode && g_distinct && dlsym(RTLD_DEFAULT, "ncclmpi_get_stats") && !(agree && agree[0] == '1') &&
            !(staged && staged[0] == '1') && !turns;
 }

@@ -35,8 +35,8 @@ for sc in $scenarios; do
     uint8_sum|agree_mixed) env="NCCLMPI_AGREE=1" ;;
     # (the stand-in's cuMemFree waiting for every stream, as the real one does: a thread's free
     # behind another thread's collective whose peer is held the same way stops without the
-    # turns of NCCLMPI_RENDEZVOUS, which AUTO takes under MPI_THREAD_MULTIPLE)
-    thread_comms|threads|use_churn_threads) env="NCCLMPI_AGREE=0 NCCLMPI_RENDEZVOUS=auto FAKE_CUDA_FREE_SYNC=1" ;;
+    # turns of NCCLMPI_RENDEZVOUS, which its default AUTO takes under MPI_THREAD_MULTIPLE)
+    thread_comms|threads|use_churn_threads) env="NCCLMPI_AGREE=0 FAKE_CUDA_FREE_SYNC=1" ;;
     fault|fault_nb) env="NCCLMPI_FAULT=0:20 NCCLMPI_TIMEOUT=10" ;;
     esac
     env $env ${HAZARD_ENV:-} TMPDIR="$d" timeout -k 5 120 "$b/test/run_mpi.sh" $np preload "$prog" $sc >"$d/out" 2>"$d/err"
