@@ -7,14 +7,11 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <mutex>
 #include <new>
 #include <string>
-#include <thread>
 
 #include "core/comm/comm_state.h"
 #include "core/cuda/kernels.h"
@@ -468,39 +465,31 @@ static bool route_vote(nm_op_t *o, CommState *cs, nm_route_in_t *in, int *rc)
 }
 
 // NCCLMPI_RENDEZVOUS (route.h): take the process's turn where it is free, and agree on o->comm
-// whether every rank did; where one did not, the turn is given back and, as nm_turn_retry says
-// for the call routed as d, every rank tries again after a jittered wait, or in->busy (the call
-// is staged on every rank). false with *rc: the agreement failed or ran out.
-static bool take_turn(nm_op_t *o, CommState *cs, nm_route_in_t *in, nm_decision_t d, Turn *turn, int *rc)
+// whether every rank did; where one did not, in->busy (the call is staged on every rank) and the
+// turn is given back. false with *rc: the agreement failed or ran out.
+static bool take_turn(nm_op_t *o, CommState *cs, nm_route_in_t *in, Turn *turn, int *rc)
 {
     static const char why[] = "agreeing that no other thread has NCCL work on any rank (NCCLMPI_RENDEZVOUS)";
-    static thread_local uint32_t jitter = 0;
+    int expect = 0;
+    turn->held = turn_taken.compare_exchange_strong(expect, 1, std::memory_order_acquire);
+    int all = 0;
     WaitWatch w(nm_fn_names[o->fn], why);
-    for (int tries = 0;; tries++) {
-        int expect = 0, all = 0;
-        turn->held = turn_taken.compare_exchange_strong(expect, 1, std::memory_order_acquire);
-        const int mine = turn->held ? 1 : 0;
-        // (a blocking allreduce without NCCLMPI_TIMEOUT, as the NCCLMPI_AGREE vote: Open MPI 4.1's
-        // nonblocking collectives, progressed by several threads at once, crashed in libnbc)
-        if (nm_cfg.TIMEOUT <= 0) {
-            PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, o->comm);
-        } else if (std::string err; agree_min(mine, &all, o->comm, cs->describe(), why, &err) != NM_OK) {
-            turn->release();
-            cs->why_failed = err;
-            cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
-            *rc = raise_error(o, NM_ERR_TIMEOUT, err);
-            return false;
-        }
-        if (all) return true;
+    const int mine = turn->held ? 1 : 0;
+    // (a blocking allreduce without NCCLMPI_TIMEOUT, as the NCCLMPI_AGREE vote: Open MPI 4.1's
+    // nonblocking collectives, progressed by several threads at once, crashed in libnbc)
+    if (nm_cfg.TIMEOUT <= 0) {
+        PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, o->comm);
+    } else if (std::string err; agree_min(mine, &all, o->comm, cs->describe(), why, &err) != NM_OK) {
         turn->release();
-        if (!nm_turn_retry(d, tries)) break;
-        // (xorshift, seeded per thread: the processes' threads part instead of meeting again)
-        if (!jitter) jitter = ((uint32_t)(uintptr_t)&jitter ^ (uint32_t)getpid() * 2654435761u) | 1u;
-        jitter ^= jitter << 13, jitter ^= jitter >> 17, jitter ^= jitter << 5;
-        const unsigned us = NM_TURN_BACKOFF_US(tries);
-        std::this_thread::sleep_for(std::chrono::microseconds(us / 2 + jitter % us));
+        cs->why_failed = err;
+        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+        *rc = raise_error(o, NM_ERR_TIMEOUT, err);
+        return false;
     }
-    in->busy = 1;  // (counted as the staged route; said once, note_staged)
+    if (!all) {
+        turn->release();
+        in->busy = 1;  // (counted as the staged route; said once, note_staged)
+    }
     return true;
 }
 
@@ -570,7 +559,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     Turn turn;  // (given back when the call returns: its NCCL work is done by then)
     if (NM_UNLIKELY(turns_on) && nm_turn_applies(&in, d)) {
         nm_flush();
-        if (!take_turn(o, cs, &in, d, &turn, rc)) return ENTER_DONE;
+        if (!take_turn(o, cs, &in, &turn, rc)) return ENTER_DONE;
         if (in.busy) d = nm_route(&in);
     }
     if (d.act & NM_ACT_PENDING) {

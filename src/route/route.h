@@ -283,9 +283,8 @@ int nm_env_send_defers(const nm_defer_in_t *in);
  * Under it, a blocking collective that would make NCCL work (its communicator's creation, a
  * connection, an NCCL or one-shot launch) first takes its process's turn, where no other thread
  * of ncclmpi's holds it, and the ranks agree (one small host allreduce, MIN) whether every one
- * did: then each holds its process's only NCCL work of ncclmpi until the call returns; else every
- * rank gives its turn back and tries again (nm_turn_retry) or the call takes the staged path
- * (busy), on every rank, and nothing is created. Each process then
+ * did: then each holds its process's only NCCL work of ncclmpi until the call returns; else the
+ * call takes the staged path (busy), on every rank, and nothing is created. Each process then
  * has at most one thread's NCCL work in flight, and its peers have reached that same call.
  * setting: NCCLMPI_RENDEZVOUS's index (NM_RDV_*; the settings are compared across ranks at
  * MPI_Init); any_thread_multiple: 1 when some rank of the job runs under MPI_THREAD_MULTIPLE
@@ -297,17 +296,6 @@ int nm_launch_rendezvous(int setting, int any_thread_multiple);
  * NCCL or one-shot route without a zero-count carrier (whose ranks without data are not in it).
  * Every rank of the communicator decides alike (the routes and actions it reads are agreed). */
 int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d);
-/* A busy turn (some process had another thread's NCCL work) on a call routed as d, after `tries`
- * agreements: 1 when every rank gives its turn back, waits NM_TURN_BACKOFF_US(tries) (with its own
- * jitter) and tries again; 0 when the call is staged. A creation or connection tries up to
- * NM_TURN_TRIES times: staged, it would leave the communicator without its NCCL side, and every
- * later nonblocking collective on it staged too (the real MPI's; Open MPI 4.1 crashes when such
- * a one is pending as its communicator is freed); a launch on a made communicator is staged at
- * once (correct, and done before it returns). tries counts agreements, the same on every rank
- * (never time, which differs), so every rank decides alike. */
-#define NM_TURN_TRIES 48
-#define NM_TURN_BACKOFF_US(tries) ((tries) < 7 ? 50u << (tries) : 5000u)
-int nm_turn_retry(nm_decision_t d, int tries);
 
 /* ---- sizes in the real MPI's int arguments ----
  * 1 when n bytes (or elements) fit an int argument of the real MPI, with *out set; else 0 (the

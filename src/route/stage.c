@@ -75,8 +75,3 @@ int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d)
     if (d.act & (NM_ACT_CREATE | NM_ACT_CONNECT)) return 1;
     return (d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT) && !(d.act & NM_ACT_CARRIER);
 }
-
-int nm_turn_retry(nm_decision_t d, int tries)
-{
-    return (d.act & (NM_ACT_CREATE | NM_ACT_CONNECT)) && tries < NM_TURN_TRIES;
-}

@@ -714,7 +714,7 @@ static void test_rendezvous(void)
     char *off[] = {"NCCLMPI_RENDEZVOUS=off", NULL}, *on[] = {"NCCLMPI_RENDEZVOUS=On", NULL}, *none[] = {NULL};
     CHECK(nm_config_parse(off) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF);
     CHECK(nm_config_parse(on) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_ON);
-    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_OFF); /* the default */
+    CHECK(nm_config_parse(none) == 0 && nm_cfg.RENDEZVOUS == NM_RDV_AUTO); /* the default */
     nm_config_load();
 }
 
@@ -734,13 +734,6 @@ static void test_turns(void)
     in.cap = NM_CAP_UNKNOWN; /* a creation: every rank takes the turn first */
     nm_decision_t d = nm_route(&in);
     CHECK((d.act & NM_ACT_CREATE) && nm_turn_applies(&in, d) == 1);
-    /* a busy creation is tried again, every rank alike, up to NM_TURN_TRIES agreements */
-    CHECK(nm_turn_retry(d, 0) == 1 && nm_turn_retry(d, NM_TURN_TRIES - 1) == 1 && nm_turn_retry(d, NM_TURN_TRIES) == 0);
-    CHECK(NM_TURN_BACKOFF_US(0) == 50 && NM_TURN_BACKOFF_US(6) == 3200 && NM_TURN_BACKOFF_US(40) == 5000);
-    {  /* a launch on a made communicator: staged at once */
-        nm_route_in_t r = dev_coll(NM_OPK_ALLREDUCE);
-        CHECK(nm_route(&r).route == NCCLMPI_ROUTE_NCCL && nm_turn_retry(nm_route(&r), 0) == 0);
-    }
     in.busy = 1; /* some process had another thread's NCCL work: staged, nothing created */
     d = nm_route(&in);
     CHECK(d.route == NCCLMPI_ROUTE_STAGED && d.why == NM_WHY_THREADS && d.act == 0);
