@@ -297,6 +297,13 @@ int nm_launch_rendezvous(int setting, int any_thread_multiple);
  * Every rank of the communicator decides alike (the routes and actions it reads are agreed). */
 int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d);
 
+/* ---- a one-shot op inside an engine group ----
+ * In a group of group_size ops (its size is agreed: every rank decides alike) an op routed to the
+ * one-shot kernels keeps its kernel only where NCCL cannot run it (a reduction whose type or op
+ * NCCL lacks): one NCCL group beats a kernel launch per op. A group of one runs its kernel.
+ * reduction: the op reduces; nccl_type_ok, nccl_op_ok: NCCL has its type, its op. */
+int nm_oneshot_keeps(int group_size, int reduction, int nccl_type_ok, int nccl_op_ok);
+
 /* ---- sizes in the real MPI's int arguments ----
  * 1 when n bytes (or elements) fit an int argument of the real MPI, with *out set; else 0 (the
  * caller reports MPI_ERR_COUNT, or MPI_ERR_TRUNCATE for a receive that cannot hold it). */

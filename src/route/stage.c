@@ -75,3 +75,9 @@ int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d)
     if (d.act & (NM_ACT_CREATE | NM_ACT_CONNECT)) return 1;
     return (d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT) && !(d.act & NM_ACT_CARRIER);
 }
+
+int nm_oneshot_keeps(int group_size, int reduction, int nccl_type_ok, int nccl_op_ok)
+{
+    if (group_size <= 1) return 1;
+    return reduction && !(nccl_type_ok && nccl_op_ok);
+}

@@ -701,6 +701,17 @@ static void test_stage_paths(void)
     CHECK(!nm_env_send_defers(&df));
 }
 
+/* a one-shot op in an engine group: NCCL's where NCCL can run it, its kernel where not */
+static void test_oneshot_keeps(void)
+{
+    CHECK(nm_oneshot_keeps(1, 1, 1, 1) == 1); /* a group of one: the kernel */
+    CHECK(nm_oneshot_keeps(1, 0, 0, 0) == 1);
+    CHECK(nm_oneshot_keeps(2, 1, 1, 1) == 0); /* a reduction NCCL has: NCCL's group */
+    CHECK(nm_oneshot_keeps(64, 0, 0, 0) == 0); /* a broadcast: NCCL's */
+    CHECK(nm_oneshot_keeps(2, 1, 0, 1) == 1); /* a type NCCL lacks: the kernel */
+    CHECK(nm_oneshot_keeps(2, 1, 1, 0) == 1); /* an op NCCL lacks: the kernel */
+}
+
 /* NCCLMPI_RENDEZVOUS: AUTO follows MPI_THREAD_MULTIPLE on any rank; ON and OFF whatever it is */
 static void test_rendezvous(void)
 {
@@ -778,6 +789,7 @@ int main(void)
     test_minmax_split();
     test_stage_paths();
     test_rendezvous();
+    test_oneshot_keeps();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

@@ -277,15 +277,13 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     range[0] = 0;
     if (nm_cfg.NVTX) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
     NvtxRange nvtx(range);
-    // In a group of several (its size is agreed, so every rank decides alike), ops NCCL can run go
-    // to NCCL: one NCCL group beats a kernel launch per op. The one-shot kernels left launch at
-    // their op inside the group (on every rank in the same order, before the group's NCCL
-    // kernels); a group of one-shot ops only needs no NCCL group at all.
-    for (int i = 0; i < n && n > 1; i++) {
-        const bool red = nm_opk(ops[i]->o.kind) & NM_KF_RED;
-        if (ops[i]->oneshot && (!red || (ops[i]->rd.nccl_type != NM_UNSUPPORTED && nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED)))
+    // In a group of several, ops NCCL can run go to NCCL (route.h, nm_oneshot_keeps). The one-shot
+    // kernels left launch at their op inside the group (on every rank in the same order, before
+    // the group's NCCL kernels); a group of one-shot ops only needs no NCCL group at all.
+    for (int i = 0; i < n && n > 1; i++)
+        if (ops[i]->oneshot && !nm_oneshot_keeps(n, (nm_opk(ops[i]->o.kind) & NM_KF_RED) != 0, ops[i]->rd.nccl_type != NM_UNSUPPORTED,
+                                                 nm_map_op(ops[i]->o.op) != NM_UNSUPPORTED))
             ops[i]->oneshot = false;
-    }
     // one NCCL group; two where NCCL would mix up a MAX and a MIN reduction (route.h): every op
     // but the MIN reductions, then those (issue order within each; every rank sorts alike)
     unsigned mm = 0;
