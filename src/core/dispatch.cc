@@ -444,6 +444,19 @@ static bool keeps_queued_envelopes(const nm_op_t *o)
            (o->kind == NM_OPK_RECV || o->kind == NM_OPK_MRECV || env_send_defers(o));
 }
 
+// One of a call's agreements on o->comm (agree_min_bounded); false with *rc where it failed or
+// ran out: the communicator is then FAILED on this rank, and the call fails with the reason.
+static bool agree_or_fail(nm_op_t *o, CommState *cs, int mine, int *all, const char *what, int *rc)
+{
+    std::string err;
+    const nm_status_t st = agree_min_bounded(mine, all, o->comm, cs->describe(), what, &err);
+    if (st == NM_OK) return true;
+    cs->why_failed = err;
+    cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
+    *rc = raise_error(o, st, err);
+    return false;
+}
+
 // NCCLMPI_AGREE=1: every rank's route input in.vote, agreed on o->comm (one host allreduce; a
 // nonblocking one under NCCLMPI_TIMEOUT, whose setting every rank shares: check_settings_agree).
 // false with *rc: the vote failed or ran out (the communicator is FAILED on this rank).
@@ -452,14 +465,7 @@ static bool route_vote(nm_op_t *o, CommState *cs, nm_route_in_t *in, int *rc)
     static const char why[] = "agreeing on the route with the other ranks, as NCCLMPI_AGREE=1 asks";
     int vote = nm_route_vote(in), all = 0;
     WaitWatch w(nm_fn_names[o->fn], why);
-    if (nm_cfg.TIMEOUT <= 0) {
-        PMPI_Allreduce(&vote, &all, 1, MPI_INT, MPI_MIN, o->comm);
-    } else if (std::string err; agree_min(vote, &all, o->comm, cs->describe(), "the NCCLMPI_AGREE route vote", &err) != NM_OK) {
-        cs->why_failed = err;
-        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
-        *rc = raise_error(o, NM_ERR_TIMEOUT, err);
-        return false;
-    }
+    if (!agree_or_fail(o, cs, vote, &all, "the NCCLMPI_AGREE route vote", rc)) return false;
     in->vote = all;
     return true;
 }
@@ -475,15 +481,8 @@ static bool take_turn(nm_op_t *o, CommState *cs, nm_route_in_t *in, Turn *turn, 
     int all = 0;
     WaitWatch w(nm_fn_names[o->fn], why);
     const int mine = turn->held ? 1 : 0;
-    // (a blocking allreduce without NCCLMPI_TIMEOUT, as the NCCLMPI_AGREE vote: Open MPI 4.1's
-    // nonblocking collectives, progressed by several threads at once, crashed in libnbc)
-    if (nm_cfg.TIMEOUT <= 0) {
-        PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, o->comm);
-    } else if (std::string err; agree_min(mine, &all, o->comm, cs->describe(), why, &err) != NM_OK) {
+    if (!agree_or_fail(o, cs, mine, &all, why, rc)) {
         turn->release();
-        cs->why_failed = err;
-        cs->cap.store(NM_CAP_FAILED, std::memory_order_release);
-        *rc = raise_error(o, NM_ERR_TIMEOUT, err);
         return false;
     }
     if (!all) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/engine/deadline.h"
 #include "core/engine/engine.h"
 #include "core/tl/oneshot/oneshot.h"
 #include "util/config.h"
@@ -131,11 +132,12 @@ nm_status_t ProcessGroup::init_split(ProcessGroup &parent, int color, int key)
 // other one up to 4 MiB, then a broadcast and a reduce (rings only).
 static constexpr size_t kLadderTop = 16u << 20, kLadderGatherTop = 4u << 20;
 
-// Every rank's answer, MIN over comm: the ranks go on together or stop together.
-static bool all_agree(bool mine, MPI_Comm comm)
+// Every rank's answer, MIN over comm: the ranks go on together or stop together. false with *err
+// set where the agreement itself failed or ran out (NCCLMPI_TIMEOUT: a peer is not here).
+static bool all_agree(bool mine, MPI_Comm comm, const std::string &desc, std::string *err)
 {
-    int a = mine, all = 0;
-    return PMPI_Allreduce(&a, &all, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS && all != 0;
+    int all = 0;
+    return agree_min_bounded(mine ? 1 : 0, &all, comm, desc, "connecting its NCCL communicator", err) == NM_OK && all != 0;
 }
 
 // The ladder's NCCL calls in order, one per step (each its own NCCL group: grouped calls of one
@@ -170,15 +172,24 @@ bool ProcessGroup::connect_step(int i, bool algorithms, bool peers, void *p, ncc
 
 nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bool ready)
 {
-    if (size_ < 2 || (!algorithms && !peers)) return all_agree(ready, comm) ? NM_OK : NM_ERR_CUDA;
+    std::string err;
+    if (size_ < 2 || (!algorithms && !peers)) {
+        if (all_agree(ready, comm, describe(), &err)) return NM_OK;
+        if (!err.empty()) fail(err);
+        return err.empty() ? NM_ERR_CUDA : NM_ERR_TIMEOUT;
+    }
     std::lock_guard<std::recursive_mutex> use(use_mu_);  // (a later connect: against polls and aborts)
     DeviceGuard g(ctx_);
     const size_t bytes = algorithms ? kLadderTop : 2 * (size_t)size_;
     // The buffer first, agreed: a rank without it makes no NCCL call, so none does (its peers
     // would wait for it inside NCCL). Stream-ordered: no device-wide synchronization at its free.
     CUdeviceptr b = 0;
-    if (!all_agree(ready && cu.cuMemAllocAsync(&b, bytes, stream_) == CUDA_SUCCESS, comm)) {
+    if (!all_agree(ready && cu.cuMemAllocAsync(&b, bytes, stream_) == CUDA_SUCCESS, comm, describe(), &err)) {
         if (b) cu.cuMemFreeAsync(b, stream_);
+        if (!err.empty()) {
+            fail(err);
+            return NM_ERR_TIMEOUT;
+        }
         NM_WARN(INIT, "%s: connecting the ranks: no device buffer (or not ready) on some rank", describe().c_str());
         return NM_ERR_CUDA;
     }
@@ -188,11 +199,11 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bo
     // About 30 small allreduces at creation, which takes milliseconds anyway.
     ncclResult_t r = ncclSuccess;
     bool ok = true;
-    for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) ok = all_agree(r == ncclSuccess, comm);
+    for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) ok = all_agree(r == ncclSuccess, comm, describe(), &err);
     // a peer's calls may wait for this rank's on the GPU: the abort ends them (on every rank,
     // each having seen the same answer) before the stream is waited for
-    if (!ok) fail(r != ncclSuccess ? std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r)
-                                   : "connecting the ranks failed on another rank");
+    if (!ok) fail(!err.empty() ? err : r != ncclSuccess ? std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r)
+                                                      : "connecting the ranks failed on another rank");
     cu.cuMemFreeAsync(b, stream_);
     const bool synced = cu.cuStreamSynchronize(stream_) == CUDA_SUCCESS;
     if (!ok) return NM_ERR_NCCL;

@@ -119,6 +119,14 @@ nm_status_t agree_min(int mine, int *all, MPI_Comm comm, const std::string &desc
     return st;
 }
 
+nm_status_t agree_min_bounded(int mine, int *all, MPI_Comm comm, const std::string &desc, const char *what, std::string *err)
+{
+    if (nm_cfg.TIMEOUT > 0) return agree_min(mine, all, comm, desc, what, err);
+    if (PMPI_Allreduce(&mine, all, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS) return NM_OK;
+    *err = desc + ": the real MPI refused an agreement";
+    return NM_ERR_MPI;
+}
+
 nm_status_t agree_barrier(MPI_Comm comm, const std::string &desc, const char *what, std::string *err)
 {
     const Deadline d;

@@ -48,6 +48,12 @@ nm_status_t agree_allgather(const void *mine, void *all, int bytes, MPI_Comm com
                             const char *what, std::string *err);
 nm_status_t agree_min(int mine, int *all, MPI_Comm comm, const std::string &desc, const char *what, std::string *err);
 nm_status_t agree_barrier(MPI_Comm comm, const std::string &desc, const char *what, std::string *err);
+// agree_min where NCCLMPI_TIMEOUT is set; without it one blocking PMPI_Allreduce (MIN), which
+// never ends in NM_ERR_TIMEOUT: Open MPI 4.1's nonblocking collectives, progressed by several
+// threads at once, crashed in its libnbc, and there is no deadline to keep then. For the short
+// agreements that every call of a kind makes (the NCCLMPI_AGREE vote, the NCCLMPI_RENDEZVOUS turn,
+// the creation's connection steps); every rank shares the setting (checked at MPI_Init).
+nm_status_t agree_min_bounded(int mine, int *all, MPI_Comm comm, const std::string &desc, const char *what, std::string *err);
 // The error text of a wait that ran out: "<desc>: <what> did not complete in ..." (what null: the
 // reason of the calling thread's marked wait).
 std::string deadline_message(const char *what, const std::string &desc);
