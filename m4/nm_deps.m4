@@ -191,28 +191,54 @@ AC_DEFUN([NM_CHECK_HWLOC], [
 
 # NM_CHECK_MPI4_FNS: which of the table's MPI4 rows (src/interpose/mpi_api.def, FLAGS "...|MPI4")
 # the MPI declares and links: NM_MPI4_FNS, the list tools/gen_wrappers.py generates (--have).
-# One link test of them all first (an MPI-4 library has them all), then one per function.
+# Two groups: the MPI-4 calls (MPI_Isendrecv, ...) and their large-count forms (rows <Name>_c:
+# MPICH 4.x has them; Open MPI 5.0 none). Per group one link test of them all first (an MPI-4
+# library has them all), then one per function (the large-count group's only where MPI_Send_c
+# links: an MPI without it has none of them).
 AC_DEFUN([NM_CHECK_MPI4_FNS], [
-  nm_mpi4_all=`sed -n 's/^NM_FN(\([[A-Za-z_]]*\),[[^,]]*,[[^,]]*,[[^,]]*|MPI4.*/\1/p' "$srcdir/src/interpose/mpi_api.def"`
-  nm_mpi4_refs=""
-  for f in $nm_mpi4_all; do nm_mpi4_refs="$nm_mpi4_refs (void *)&MPI_$f, (void *)&PMPI_$f,"; done
-  AC_MSG_CHECKING([for the MPI-4 functions of the table (MPI_Isendrecv, MPI_Allreduce_init, ...)])
-  NM_MPI4_FNS=""
-  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {$nm_mpi4_refs 0}; return p[0] == 0;]])],
-    [NM_MPI4_FNS=`echo $nm_mpi4_all`],
-    [for f in $nm_mpi4_all; do
-       AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {(void *)&MPI_$f, (void *)&PMPI_$f}; return p[0] == 0;]])],
-         [NM_MPI4_FNS="$NM_MPI4_FNS $f"])
-     done])
-  NM_MPI4_FNS=`echo $NM_MPI4_FNS`
-  nm_mpi4_n=`echo $NM_MPI4_FNS | wc -w`
+  nm_mpi4_rows=`sed -n 's/^NM_FN(\([[A-Za-z_]]*\),[[^,]]*,[[^,]]*,[[^,]]*|MPI4.*/\1/p' "$srcdir/src/interpose/mpi_api.def"`
+  nm_mpi4_all=`echo "$nm_mpi4_rows" | grep -v '_c$'`
+  nm_large_all=`echo "$nm_mpi4_rows" | grep '_c$'`
+  for nm_group in mpi4 large; do
+    AS_IF([test $nm_group = mpi4],
+      [nm_list=$nm_mpi4_all nm_sentinel=""
+       AC_MSG_CHECKING([for the MPI-4 functions of the table (MPI_Isendrecv, MPI_Allreduce_init, ...)])],
+      [nm_list=$nm_large_all nm_sentinel=Send_c
+       AC_MSG_CHECKING([for the MPI-4 large-count forms of the table (MPI_Send_c, MPI_Allreduce_c, ...)])])
+    nm_refs=""
+    for f in $nm_list; do nm_refs="$nm_refs (void *)&MPI_$f, (void *)&PMPI_$f,"; done
+    nm_have=""
+    AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {$nm_refs 0}; return p[0] == 0;]])],
+      [nm_have=`echo $nm_list`],
+      [nm_one=yes
+       AS_IF([test -n "$nm_sentinel"],
+         [AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {(void *)&MPI_$nm_sentinel, (void *)&PMPI_$nm_sentinel}; return p[0] == 0;]])],
+           [], [nm_one=no])])
+       AS_IF([test $nm_one = yes],
+         [for f in $nm_list; do
+            AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]], [[void *volatile p[] = {(void *)&MPI_$f, (void *)&PMPI_$f}; return p[0] == 0;]])],
+              [nm_have="$nm_have $f"])
+          done])])
+    nm_have=`echo $nm_have`
+    nm_n=`echo $nm_have | wc -w`
+    nm_of=`echo $nm_list | wc -w`
+    AC_MSG_RESULT([$nm_n of $nm_of])
+    eval nm_${nm_group}_have=\$nm_have
+  done
+  nm_mpi4_n=`echo $nm_mpi4_have | wc -w`
   nm_mpi4_of=`echo $nm_mpi4_all | wc -w`
-  NM_MPI4_DESC="$nm_mpi4_n of $nm_mpi4_of"
-  AC_MSG_RESULT([$NM_MPI4_DESC])
+  nm_large_n=`echo $nm_large_have | wc -w`
+  nm_large_of=`echo $nm_large_all | wc -w`
+  NM_MPI4_FNS=`echo $nm_mpi4_have $nm_large_have`
+  NM_MPI4_DESC="$nm_mpi4_n of $nm_mpi4_of, large-count (_c) forms $nm_large_n of $nm_large_of"
   AC_SUBST([NM_MPI4_FNS])
-  # the tests of them (test/mpi/mpi4.c, test/unit/mpi4_device.sh): where the MPI has them all
+  # the tests of them (test/mpi/mpi4.c, test/unit/mpi4_device.sh): where the MPI has them all;
+  # their large-count parts where it has those too
   AS_IF([test "$nm_mpi4_n" = "$nm_mpi4_of"], [NM_HAVE_MPI4_VALUE=1], [NM_HAVE_MPI4_VALUE=0])
   AM_CONDITIONAL([NM_HAVE_MPI4], [test "$NM_HAVE_MPI4_VALUE" = 1])
   AC_SUBST([NM_HAVE_MPI4_VALUE])
+  AS_IF([test "$nm_large_n" = "$nm_large_of"], [nm_large_value=1], [nm_large_value=0])
+  AC_DEFINE_UNQUOTED([NM_BUILD_HAVE_MPI_LARGE], [$nm_large_value],
+    [1 where the MPI has every large-count (_c) form of the table (the tests of them are built)])
   NM_DEFINE_STRING([NM_BUILD_MPI4_FNS], [$NM_MPI4_FNS], [the MPI-4 functions of the table that the MPI provides (generated)])
 ])

@@ -15,6 +15,9 @@ Outputs (into the build directory):
 
 Rows flagged MPI4 (FLAGS "NB|MPI4", "0|MPI4", ...) are functions that only MPI-4 libraries have:
 they are generated only when named by --have (configure's list of those the MPI links).
+Rows named <Name>_c are MPI-4's large-count (MPI_Count) forms of the row <Name>: MPI4 rows, C only
+(no Fortran entry point: Fortran reaches them through mpi_f08's own names), generated only where
+their int form is too.
 """
 import os
 import re
@@ -23,7 +26,7 @@ import sys
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*([\w|]+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
 PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "STAGE", "PERSIST", "PROBE",
-         "RMA", "WIN"}
+         "RMA", "WIN", "LARGE"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
@@ -63,6 +66,8 @@ def read_rows(path):
                 sys.exit("gen_wrappers: %s: a STAGE row has at most two buffers" % name)
             if path == "DATA" and any(r in ("CBUF", "WIN", "WINOUT", "FILE", "STR") for r in roles):
                 sys.exit("gen_wrappers: %s: role not describable on the DATA path" % name)
+            if (path == "LARGE" or name.endswith("_c")) and not (name.endswith("_c") and avail == "MPI4"):
+                sys.exit("gen_wrappers: %s: a LARGE row is an MPI4 row named <Name>_c, and such a row is MPI4" % name)
             rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args, mpi4=avail == "MPI4"))
             buf = ""
     return rows
@@ -335,6 +340,32 @@ def slow_split(n, f, act, fn, cond, slow_body):
             "    return PMPI_%s(%s);" % (n, act)]
 
 
+def large_scalars(r):
+    """The arguments of a LARGE row (MPI_<Name>_c) that are MPI_Count or MPI_Aint scalars where its
+    int form (r["base"]) has an int; every other argument must be the int form's."""
+    base = r["base"]
+    if [a["role"] for a in r["args"]] != [a["role"] for a in base["args"]]:
+        sys.exit("gen_wrappers: %s: its arguments' roles differ from %s's" % (r["name"], base["name"]))
+    out = []
+    for a, b in zip(r["args"], base["args"]):
+        if a["ctype"] in ("MPI_Count", "MPI_Aint") and b["ctype"] == "int":
+            out.append(a["name"])
+        elif a["ctype"] != b["ctype"]:
+            sys.exit("gen_wrappers: %s: %s is %s, %s's %s: not a scalar count (a REJECT or STAGE row, then)"
+                     % (r["name"], a["name"], a["ctype"], base["name"], b["ctype"]))
+    if not out:
+        sys.exit("gen_wrappers: %s: a LARGE row with no count to narrow" % r["name"])
+    return out
+
+
+def large_raise(r):
+    """The call that raises MPI_ERR_COUNT (a count above INT_MAX on a device buffer) through the
+    error handler of the call's file, window or communicator (MPI_COMM_WORLD when it has none)."""
+    roles = first_roles(r)
+    return "nm_count_error(NM_FN_%s, %s, %s, %s)" % (r["name"], roles.get("COMM", "MPI_COMM_NULL"),
+                                                     roles.get("WIN", "MPI_WIN_NULL"), roles.get("FILE", "MPI_FILE_NULL"))
+
+
 def c_wrapper(r, recv_kinds):
     n, f, act = r["name"], formals(r), actuals(r)
     out = ["int nm_impl_%s(%s)" % (n, f), "{"]
@@ -369,6 +400,34 @@ def c_wrapper(r, recv_kinds):
                 "    return nm_slow_%s(%s);" % (n, act)]
     elif p == "RMA":
         out = device_check_wrapper(n, f, act, fn, rma_prefix(r))
+    elif p == "LARGE":
+        # MPI-4 large counts: while every count fits an int the call is its int form's, made
+        # through ncclmpi's own wrapper of it (routed, staged or refused as that one is, and
+        # counted as that one: no count here on that path). A count above INT_MAX goes to the real
+        # MPI's _c form with host buffers; on a device buffer the call fails with MPI_ERR_COUNT
+        # (pointers only are looked at: nothing of the data is touched) and the real MPI never
+        # sees the pointer.
+        big = large_scalars(r)
+        base = r["base"]
+        narrow = ", ".join("(int)" + a["name"] if a["name"] in big else a["name"] for a in r["args"])
+        bufs = reject_bufs(r, False)
+        out = ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{",
+               "    NM_COUNT_CALL(%s);" % fn,
+               "    if (NM_UNLIKELY(!nm_host_fast())) {",
+               "        const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+               "        if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
+        out += ["            " + s for s in reject_resets(r, False)]
+        out += ["            return %s;" % large_raise(r),
+                "        }",
+                "        nm_trace_call(%s);" % fn,
+                "        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
+                "    }",
+                "    return PMPI_%s(%s);" % (n, act),
+                "}",
+                "int nm_impl_%s(%s)" % (n, f), "{",
+                "    if (NM_LIKELY(%s)) return nm_impl_%s(%s);" % (
+                    " && ".join("NM_FITS_INT(%s)" % b for b in big), base["name"], narrow),
+                "    return nm_slow_%s(%s);" % (n, act)]
     elif p == "REJECT":
         # Buffers ncclmpi cannot run on device memory: the real MPI must never see a device
         # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
@@ -703,7 +762,7 @@ def gen_f(rows):
     missing = F08_DIRECT - {r["name"] for r in rows}
     if missing:
         sys.exit("gen_wrappers: F08_DIRECT names no row: " + ", ".join(sorted(missing)))
-    out += [f_wrapper(r) for r in rows]
+    out += [f_wrapper(r) for r in rows if not r["name"].endswith("_c")]
     return "\n".join(out)
 
 
@@ -736,6 +795,10 @@ COVERAGE_DOC = """\
 #   host-only           no buffer: lifecycle and completion calls; ncclmpi completes its own
 #                       requests (and copies back staged persistent receives), everything else
 #                       goes to the real MPI
+# MPI_<Name>_c, MPI-4's large-count forms: on the LARGE path, the category of MPI_<Name>, whose
+# call it is while every count fits an int (counted as MPI_<Name>); a count above INT_MAX on a
+# device buffer fails with MPI_ERR_COUNT, never passed to the MPI. The forms with per-rank count
+# and displacement arrays (v, w) are on the REJECT path.
 """
 
 
@@ -754,6 +817,8 @@ def op_kinds(nm_op_h):
 
 
 def category(r, nccl, coll=()):
+    if r["path"] == "LARGE":  # its int form's, while the counts fit an int
+        return category(r["base"], nccl, coll)
     p = r["path"]
     # persistent collectives (the route's NM_WHY_PERSISTENT_COLL), persistent neighbourhood
     # collectives and partitioned communication (PERS REJECT rows)
@@ -817,6 +882,9 @@ def gen_list(rows):
     syms = []
     for r in rows:
         n, low = r["name"], r["name"].lower()
+        if n.endswith("_c"):  # C only
+            syms.append("MPI_" + n)
+            continue
         syms += ["MPI_" + n, "mpi_" + low, "mpi_%s_" % low, "mpi_%s__" % low, "MPI_" + n.upper(),
                  "ompi_%s_f" % low]
     return "\n".join(syms) + "\n"
@@ -834,8 +902,15 @@ def main():
     unknown = have - {r["name"] for r in rows if r["mpi4"]}
     if unknown:
         sys.exit("gen_wrappers: --have names no MPI4 row: " + " ".join(sorted(unknown)))
-    absent = [r["name"] for r in rows if r["mpi4"] and r["name"] not in have]
-    rows = [r for r in rows if not r["mpi4"] or r["name"] in have]
+    by_name = {r["name"]: r for r in rows}
+    for r in rows:
+        if r["name"].endswith("_c"):
+            r["base"] = by_name.get(r["name"][:-2])
+            if r["base"] is None:
+                sys.exit("gen_wrappers: %s: no row %s (its int form)" % (r["name"], r["name"][:-2]))
+    keep = lambda r: (not r["mpi4"] or r["name"] in have) and (not r["name"].endswith("_c") or keep(r["base"]))
+    absent = [r["name"] for r in rows if not keep(r)]
+    rows = [r for r in rows if keep(r)]
     outdir = argv[1]
     op_h = argv[2] if len(argv) == 3 else os.path.join(os.path.dirname(os.path.abspath(argv[0])), "..", "route", "nm_op.h")
     nccl, recv_kinds, kinds, coll = op_kinds(op_h)

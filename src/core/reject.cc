@@ -1,7 +1,8 @@
 // ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
 // mpi_api.def: MPI_Win_attach, MPI_Buffer_attach; the MPI-4 persistent neighbourhood collectives
 // and partitioned calls, with MPI_ERR_UNSUPPORTED_OPERATION; the RMA rows' device origin buffers where the
-// window has no device memory: core/tl/rma/window.cc). A non-CUDA-aware MPI handed a
+// window has no device memory: core/tl/rma/window.cc; the MPI-4 large-count forms' counts above
+// INT_MAX on device buffers, with MPI_ERR_COUNT: the LARGE rows). A non-CUDA-aware MPI handed a
 // device pointer crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the
 // real MPI never sees the pointer. The generated wrappers call this only off the host fast path.
 #include <mpi.h>
@@ -23,8 +24,12 @@ namespace {
 int reject_code(int fn, int cls = MPI_ERR_BUFFER)
 {
     char msg[MPI_MAX_ERROR_STRING];
-    snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: device buffers are not supported in this call%s", nm_fn_names[fn],
-             cls == MPI_ERR_UNSUPPORTED_OPERATION ? " yet (MPI-4 persistent and partitioned calls)" : "");
+    if (cls == MPI_ERR_COUNT)
+        snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: a count above INT_MAX on device buffers is not supported yet",
+                 nm_fn_names[fn]);
+    else
+        snprintf(msg, sizeof(msg), "ncclmpi: MPI_%s: device buffers are not supported in this call%s", nm_fn_names[fn],
+                 cls == MPI_ERR_UNSUPPORTED_OPERATION ? " yet (MPI-4 persistent and partitioned calls)" : "");
     NM_WARN(CALL, "%s", msg + 9);
     NM_COUNT_ROUTE(fn, NCCLMPI_ROUTE_ERROR);
     return nm_error_code(cls, msg);
@@ -75,5 +80,14 @@ extern "C" int nm_reject_file(int fn, MPI_File fh)
 {
     int code = reject_code(fn);
     PMPI_File_call_errhandler(fh, code);  // MPI_FILE_NULL: the default file error handler
+    return code;
+}
+
+extern "C" int nm_count_error(int fn, MPI_Comm comm, MPI_Win win, MPI_File fh)
+{
+    int code = reject_code(fn, MPI_ERR_COUNT);
+    if (fh != MPI_FILE_NULL) PMPI_File_call_errhandler(fh, code);
+    else if (win != MPI_WIN_NULL) PMPI_Win_call_errhandler(win, code);
+    else PMPI_Comm_call_errhandler(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
     return code;
 }

@@ -97,6 +97,12 @@ int nm_reject_comm(int fn, MPI_Comm comm);
 int nm_unsupported_comm(int fn, MPI_Comm comm);
 int nm_reject_win(int fn, MPI_Win win);
 int nm_reject_file(int fn, MPI_File fh);
+/* LARGE rows (MPI-4's MPI_<Name>_c): a count fits an int (0..INT_MAX) and the call is its int
+ * form's; nm_count_error raises MPI_ERR_COUNT, "ncclmpi: MPI_<fn>: a count above INT_MAX on device
+ * buffers is not supported yet", through the error handler of fh, else win, else comm (all null:
+ * MPI_COMM_WORLD's), and returns the error code. */
+#define NM_FITS_INT(x) ((unsigned long long)(long long)(x) <= 0x7fffffffULL)
+int nm_count_error(int fn, MPI_Comm comm, MPI_Win win, MPI_File fh);
 
 /* RMA and WIN rows (src/core/tl/rma/window.cc): one-sided communication on windows with device
  * memory, and device buffers with windows in host memory. nm_win_state: NM_WIN_ON once ncclmpi is

@@ -12,9 +12,15 @@
  *                                          MPI_Parrived, two rounds
  *   communicators                          MPI_Comm_idup_with_info; MPI_Comm_create_from_group from
  *                                          a session's mpi://WORLD group
+ *   large-count forms (MPI_<Name>_c)       where the MPI has them (NM_BUILD_HAVE_MPI_LARGE): counts
+ *                                          that fit an int (the int form's calls, counted as MPI_<Name>:
+ *                                          OKC), MPI_Alltoallv_c (counted as itself), a count above
+ *                                          INT_MAX of a zero-size datatype (the real MPI's _c call)
  * Outputs are poisoned before every call; the references are PMPI's (never ncclmpi's) results.
  */
 #include "common.h"
+#include "nm_build.h"
+#include <limits.h>
 
 static int R, P, next, prev;
 static const MPI_Comm W = MPI_COMM_WORLD;
@@ -223,6 +229,81 @@ static void t_comms(void)
     MPI_Session_finalize(&session);
 }
 
+/* ---- large-count forms ---------------------------------------------------------------------- */
+#if NM_BUILD_HAVE_MPI_LARGE
+/* MPI_<fn>_c whose counts fit an int: ncclmpi makes it its MPI_<fn> call, counted as that one */
+#define OKC(fn, ...) tu_ok(__FILE__, __LINE__, "MPI_" #fn "_c", (tu_note(#fn), MPI_##fn##_c(__VA_ARGS__)))
+static void t_large(void)
+{
+    const int M = 2;
+    int *s = (int *)tu_alloc(P * M * sizeof(int)), *r = (int *)tu_alloc(P * M * sizeof(int)), e[256];
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_Status st;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < M; i++) s[i] = ival(R, i + round);
+        tu_repoison(r);
+        if (OKC(Allreduce, s, r, (MPI_Count)M, MPI_INT, MPI_SUM, W)) {
+            PMPI_Allreduce(s, e, M, MPI_INT, MPI_SUM, W);
+            CHECK_I(r, e, M, "Allreduce_c round %d", round);
+        }
+        CHECK_GUARD(r);
+        tu_repoison(r);
+        if (OKC(Iallreduce, s, r, (MPI_Count)M, MPI_INT, MPI_MAX, W, &q) && OK(Wait, &q, MPI_STATUS_IGNORE)) {
+            PMPI_Allreduce(s, e, M, MPI_INT, MPI_MAX, W);
+            CHECK_I(r, e, M, "Iallreduce_c round %d", round);
+        }
+        CHECK_GUARD(r);
+        tu_repoison(r);
+        if (R == 0)
+            for (int i = 0; i < M; i++) r[i] = ival(0, 5 * i + round);
+        for (int i = 0; i < M; i++) e[i] = ival(0, 5 * i + round);
+        if (OKC(Bcast, r, (MPI_Count)M, MPI_INT, 0, W)) CHECK_I(r, e, M, "Bcast_c round %d", round);
+        CHECK_GUARD(r);
+        tu_repoison(r);
+        if (OKC(Allgather, s, (MPI_Count)M, MPI_INT, r, (MPI_Count)M, MPI_INT, W)) {
+            PMPI_Allgather(s, M, MPI_INT, e, M, MPI_INT, W);
+            CHECK_I(r, e, P * M, "Allgather_c round %d", round);
+        }
+        CHECK_GUARD(r);
+        /* around the ring: MPI_Isend_c + MPI_Recv_c, MPI_Irecv_c + MPI_Send_c */
+        for (int i = 0; i < M; i++) e[i] = ival(prev, i + round);
+        tu_repoison(r);
+        tu_poison_status(&st);
+        if (OKC(Isend, s, (MPI_Count)M, MPI_INT, next, 21, W, &q) && OKC(Recv, r, (MPI_Count)M, MPI_INT, prev, 21, W, &st) &&
+            OK(Wait, &q, MPI_STATUS_IGNORE)) {
+            CHECK_I(r, e, M, "Isend_c/Recv_c round %d", round);
+            CHECK_STATUS(st, prev, 21, MPI_INT, M);
+        }
+        CHECK_GUARD(r);
+        tu_repoison(r);
+        if (OKC(Irecv, r, (MPI_Count)M, MPI_INT, prev, 22, W, &q) && OKC(Send, s, (MPI_Count)M, MPI_INT, next, 22, W) &&
+            OK(Wait, &q, MPI_STATUS_IGNORE))
+            CHECK_I(r, e, M, "Irecv_c/Send_c round %d", round);
+        CHECK_GUARD(r);
+        /* MPI_Alltoallv_c: count arrays (a REJECT row: host buffers to the real MPI's _c call) */
+        MPI_Count cnt[64];
+        MPI_Aint dsp[64];
+        int icnt[64], idsp[64];
+        for (int i = 0; i < P && i < 64; i++) cnt[i] = icnt[i] = M, dsp[i] = idsp[i] = i * M;
+        for (int i = 0; i < P * M; i++) s[i] = ival(R, 3 * i + round);
+        tu_repoison(r);
+        if (P <= 64 && OK(Alltoallv_c, s, cnt, dsp, MPI_INT, r, cnt, dsp, MPI_INT, W)) {
+            PMPI_Alltoallv(s, icnt, idsp, MPI_INT, e, icnt, idsp, MPI_INT, W);
+            CHECK_I(r, e, P * M, "Alltoallv_c round %d", round);
+        }
+        CHECK_GUARD(r);
+    }
+    /* a count above INT_MAX: the real MPI's _c call (a zero-size datatype: nothing moves) */
+    MPI_Datatype t0;
+    MPI_Type_contiguous(0, MPI_INT, &t0);
+    MPI_Type_commit(&t0);
+    OK(Bcast_c, r, (MPI_Count)INT_MAX + 1, t0, 0, W);
+    MPI_Type_free(&t0);
+    tu_free(s);
+    tu_free(r);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     tu_init(&argc, &argv, -1);
@@ -231,5 +312,8 @@ int main(int argc, char **argv)
     t_persistent_colls();
     t_partitioned();
     t_comms();
+#if NM_BUILD_HAVE_MPI_LARGE
+    if (P * 2 <= 256) t_large();
+#endif
     return tu_finalize();
 }

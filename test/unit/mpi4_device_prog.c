@@ -11,15 +11,26 @@
  *                                          MPI never called (its output buffers untouched); the same
  *                                          calls on host buffers in this process work (Allreduce_init
  *                                          started against PMPI_Allreduce)
+ *   large-count forms (MPI_<Name>_c), where the MPI has them: counts that fit an int on device
+ *                                          buffers are the int form's calls (every byte against
+ *                                          PMPI on host copies, counted on the int form's device
+ *                                          routes, never its host one); a count above INT_MAX on a
+ *                                          device buffer fails with MPI_ERR_COUNT naming the call,
+ *                                          output untouched, request null; MPI_Alltoallv_c on device
+ *                                          buffers MPI_ERR_BUFFER, on host buffers right; a count
+ *                                          above INT_MAX on host buffers (a zero-size datatype)
+ *                                          goes to the real MPI
  * Prints "mpi4_device_prog: ok" when every check passed.
  */
 #include <mpi.h>
 #include <ncclmpi.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "stand_in.h"
+#include "nm_build.h" /* NM_BUILD_HAVE_MPI_LARGE: the MPI has the large-count (_c) forms */
 
 enum { N = 1000, NBUF = 4 };
 static int rank, size, failures;
@@ -149,6 +160,148 @@ static void t_unsupported(MPI_Comm c, MPI_Comm ring, int **dev)
              route_calls("Allreduce_init", NCCLMPI_ROUTE_ERROR), route_calls("Psend_init", NCCLMPI_ROUTE_ERROR));
 }
 
+#if NM_BUILD_HAVE_MPI_LARGE
+/* the calls of fn ncclmpi counted, and those of them that went to the real MPI (host) */
+static void calls_host(const char *fn, unsigned long long *calls, unsigned long long *host)
+{
+    int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
+    ncclmpi_stats_t st;
+    *calls = *host = 0;
+    if (get && get(fn, &st) == 0) *calls = st.calls, *host = st.route[NCCLMPI_ROUTE_HOST];
+}
+
+/* device buffers: MPI_<fn>_c made `made` calls that must all be MPI_<fn>'s on a device route */
+#define ROUTED(fn, made, c0, h0, cc0)                                                                    \
+    do {                                                                                               \
+        unsigned long long c1, h1, cc1, hc1;                                                           \
+        calls_host(#fn, &c1, &h1);                                                                     \
+        calls_host(#fn "_c", &cc1, &hc1);                                                              \
+        if (c1 - c0 != (made) || h1 != h0 || cc1 != cc0)                                               \
+            FAIL("MPI_" #fn "_c on device buffers: MPI_" #fn " counted %llu calls (want %d), %llu to the " \
+                 "host (want 0); MPI_" #fn "_c %llu (want 0)", c1 - c0, (made), h1 - h0, cc1 - cc0);     \
+    } while (0)
+#define BEFORE(fn) unsigned long long fn##_c0, fn##_h0, fn##_cc0, fn##_hc0; calls_host(#fn, &fn##_c0, &fn##_h0); \
+    calls_host(#fn "_c", &fn##_cc0, &fn##_hc0)
+#define AFTER(fn, made) ROUTED(fn, made, fn##_c0, fn##_h0, fn##_cc0)
+
+static void expect_class(const char *call, int rc, int want, const int *out, int n)
+{
+    int cls = -1, len = 0;
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    MPI_Error_class(rc, &cls);
+    MPI_Error_string(rc, msg, &len);
+    if (rc == MPI_SUCCESS || cls != want || !strstr(msg, call))
+        FAIL("%s: rc %d, class %d (want %d), message '%s'", call, rc, cls, want, msg);
+    for (int i = 0; out && i < n; i++)
+        if (out[i] != -3) {
+            FAIL("%s: the output was written (element %d is %d)", call, i, out[i]);
+            break;
+        }
+}
+
+static void t_large(MPI_Comm c, int **dev)
+{
+    static int hs[N], ref[N], hr[N];
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size, M = N / size;
+    const MPI_Count BIG = (MPI_Count)INT_MAX + 1;
+    int *s = dev[0], *r = dev[1];
+    MPI_Request q;
+    int rc;
+    /* MPI_Allreduce_c, MPI_Iallreduce_c */
+    BEFORE(Allreduce);
+    for (int i = 0; i < N; i++) s[i] = hs[i] = val(rank, 1, i), r[i] = -3;
+    rc = MPI_Allreduce_c(s, r, (MPI_Count)N, MPI_INT, MPI_SUM, c);
+    PMPI_Allreduce(hs, ref, N, MPI_INT, MPI_SUM, c);
+    if (rc != MPI_SUCCESS || memcmp(r, ref, sizeof(ref))) FAIL("MPI_Allreduce_c: rc %d, element 0 %d (PMPI %d)", rc, r[0], ref[0]);
+    AFTER(Allreduce, 1);
+    BEFORE(Iallreduce);
+    for (int i = 0; i < N; i++) s[i] = hs[i] = val(rank, 2, i), r[i] = -3;
+    rc = MPI_Iallreduce_c(s, r, (MPI_Count)N, MPI_INT, MPI_MAX, c, &q);
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+    PMPI_Allreduce(hs, ref, N, MPI_INT, MPI_MAX, c);
+    if (rc != MPI_SUCCESS || memcmp(r, ref, sizeof(ref))) FAIL("MPI_Iallreduce_c: rc %d, element 0 %d (PMPI %d)", rc, r[0], ref[0]);
+    AFTER(Iallreduce, 1);
+    /* MPI_Bcast_c from the last rank */
+    BEFORE(Bcast);
+    for (int i = 0; i < N; i++) r[i] = ref[i] = rank == size - 1 ? val(rank, 3, i) : -3;
+    rc = MPI_Bcast_c(r, (MPI_Count)N, MPI_INT, size - 1, c);
+    PMPI_Bcast(ref, N, MPI_INT, size - 1, c);
+    if (rc != MPI_SUCCESS || memcmp(r, ref, sizeof(ref))) FAIL("MPI_Bcast_c: rc %d, element 0 %d (PMPI %d)", rc, r[0], ref[0]);
+    AFTER(Bcast, 1);
+    /* MPI_Allgather_c: M elements from each rank */
+    BEFORE(Allgather);
+    for (int i = 0; i < N; i++) s[i] = hs[i] = val(rank, 4, i), r[i] = ref[i] = -3;
+    rc = MPI_Allgather_c(s, (MPI_Count)M, MPI_INT, r, (MPI_Count)M, MPI_INT, c);
+    PMPI_Allgather(hs, M, MPI_INT, ref, M, MPI_INT, c);
+    if (rc != MPI_SUCCESS || memcmp(r, ref, sizeof(ref))) FAIL("MPI_Allgather_c: rc %d, element 0 %d (PMPI %d)", rc, r[0], ref[0]);
+    AFTER(Allgather, 1);
+    /* MPI_Isend_c + MPI_Recv_c, MPI_Irecv_c + MPI_Send_c around the ring */
+    BEFORE(Isend);
+    BEFORE(Recv);
+    for (int i = 0; i < N; i++) s[i] = hs[i] = val(rank, 5, i), r[i] = -3;
+    MPI_Status st;
+    rc = MPI_Isend_c(s, (MPI_Count)N, MPI_INT, next, 11, c, &q);
+    int rc2 = MPI_Recv_c(r, (MPI_Count)N, MPI_INT, prev, 11, c, &st);
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+    PMPI_Sendrecv(hs, N, MPI_INT, next, 12, ref, N, MPI_INT, prev, 12, c, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || rc2 != MPI_SUCCESS || memcmp(r, ref, sizeof(ref)) || st.MPI_SOURCE != prev || st.MPI_TAG != 11)
+        FAIL("MPI_Isend_c/MPI_Recv_c: rc %d/%d, source %d, tag %d, element 0 %d (PMPI %d)", rc, rc2, st.MPI_SOURCE,
+             st.MPI_TAG, r[0], ref[0]);
+    AFTER(Isend, 1);
+    AFTER(Recv, 1);
+    BEFORE(Irecv);
+    BEFORE(Send);
+    for (int i = 0; i < N; i++) s[i] = hs[i] = val(rank, 6, i), r[i] = -3;
+    rc = MPI_Irecv_c(r, (MPI_Count)N, MPI_INT, prev, 13, c, &q);
+    rc2 = MPI_Send_c(s, (MPI_Count)N, MPI_INT, next, 13, c);
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+    PMPI_Sendrecv(hs, N, MPI_INT, next, 14, ref, N, MPI_INT, prev, 14, c, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || rc2 != MPI_SUCCESS || memcmp(r, ref, sizeof(ref)))
+        FAIL("MPI_Irecv_c/MPI_Send_c: rc %d/%d, element 0 %d (PMPI %d)", rc, rc2, r[0], ref[0]);
+    AFTER(Irecv, 1);
+    AFTER(Send, 1);
+    /* MPI_Alltoallv_c: device buffers refused (MPI_ERR_BUFFER), host buffers right */
+    MPI_Count cnt[64];
+    MPI_Aint dsp[64];
+    int icnt[64], idsp[64];
+    for (int i = 0; i < size; i++) cnt[i] = icnt[i] = M, dsp[i] = idsp[i] = i * M;
+    for (int i = 0; i < N; i++) s[i] = hs[i] = val(rank, 7, i), r[i] = -3;
+    rc = MPI_Alltoallv_c(s, cnt, dsp, MPI_INT, r, cnt, dsp, MPI_INT, c);
+    expect_class("MPI_Alltoallv_c", rc, MPI_ERR_BUFFER, r, N);
+    for (int i = 0; i < N; i++) hr[i] = ref[i] = -3;
+    rc = MPI_Alltoallv_c(hs, cnt, dsp, MPI_INT, hr, cnt, dsp, MPI_INT, c);
+    PMPI_Alltoallv(hs, icnt, idsp, MPI_INT, ref, icnt, idsp, MPI_INT, c);
+    if (rc != MPI_SUCCESS || memcmp(hr, ref, sizeof(ref))) FAIL("MPI_Alltoallv_c on host buffers: rc %d, element 0 %d (PMPI %d)", rc, hr[0], ref[0]);
+    /* a count above INT_MAX on a device buffer: MPI_ERR_COUNT before anything is touched (the
+     * buffers hold N elements: the real MPI would read far past them) */
+    unsigned long long e0, h0, e1, h1;
+    calls_host("Allreduce_c", &e0, &h0);
+    for (int i = 0; i < N; i++) r[i] = -3;
+    rc = MPI_Allreduce_c(s, r, BIG, MPI_INT, MPI_SUM, c);
+    expect_class("MPI_Allreduce_c", rc, MPI_ERR_COUNT, r, N);
+    calls_host("Allreduce_c", &e1, &h1);
+    if (e1 - e0 != 1 || h1 != h0 || route_calls("Allreduce_c", NCCLMPI_ROUTE_ERROR) < 1)
+        FAIL("MPI_Allreduce_c above INT_MAX: %llu calls, %llu to the host, %llu errors", e1 - e0, h1 - h0,
+             route_calls("Allreduce_c", NCCLMPI_ROUTE_ERROR));
+    memset(&q, 0xA5, sizeof(q));
+    rc = MPI_Isend_c(s, BIG, MPI_INT, next, 15, c, &q);
+    expect_class("MPI_Isend_c", rc, MPI_ERR_COUNT, NULL, 0);
+    if (q != MPI_REQUEST_NULL) FAIL("MPI_Isend_c above INT_MAX: the request is not MPI_REQUEST_NULL");
+    rc = MPI_Recv_c(r, BIG, MPI_INT, prev, 15, c, MPI_STATUS_IGNORE);
+    expect_class("MPI_Recv_c", rc, MPI_ERR_COUNT, r, N);
+    /* host buffers above INT_MAX: the real MPI's _c call (a zero-size datatype: nothing moves) */
+    MPI_Datatype t0;
+    MPI_Type_contiguous(0, MPI_INT, &t0);
+    MPI_Type_commit(&t0);
+    calls_host("Bcast_c", &e0, &h0);
+    rc = MPI_Bcast_c(hr, BIG, t0, 0, c);
+    calls_host("Bcast_c", &e1, &h1);
+    if (rc != MPI_SUCCESS || e1 - e0 != 1 || h1 - h0 != 1)
+        FAIL("MPI_Bcast_c above INT_MAX on a host buffer: rc %d, %llu calls, %llu to the host", rc, e1 - e0, h1 - h0);
+    MPI_Type_free(&t0);
+}
+#endif
+
 /* the same process, host buffers: a persistent collective works (three starts) */
 static void t_host_persistent(MPI_Comm c)
 {
@@ -189,6 +342,9 @@ int main(int argc, char **argv)
     if (route_calls("Isendrecv", NCCLMPI_ROUTE_STAGED) == staged0) FAIL("no MPI_Isendrecv on device buffers was staged");
     t_unsupported(c, ring, dev);
     t_host_persistent(c);
+#if NM_BUILD_HAVE_MPI_LARGE
+    if (size <= 64) t_large(c, dev);
+#endif
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf(total ? "mpi4_device_prog: %d failure(s)\n" : "mpi4_device_prog: ok\n", total);
