@@ -311,20 +311,32 @@ def stage_body(r, fortran, call, req_get, req_put, ret, resets):
     return out
 
 
-def device_check_wrapper(n, f, act, fn, body):
-    """A REJECT or STAGE wrapper: the host fast path (count, two loads, tail jump) and, in its own
-    non-inlined function, `body` (which ends the call when a buffer is device memory) followed by
-    the real MPI as it is."""
+def device_check_wrapper(n, f, act, fn, body, first=()):
+    """A REJECT, STAGE or LARGE wrapper: the host fast path (count, two loads, tail jump) and, in
+    its own non-inlined function, `body` (which ends the call when a buffer is device memory)
+    followed by the real MPI as it is. `first`: lines the wrapper runs before all that (a LARGE
+    row's call of its int form)."""
     return ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{"] + \
            ["    " + x for x in body] + \
            ["    nm_trace_call(%s);" % fn,
             "    if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
             "    return PMPI_%s(%s);" % (n, act),
             "}",
-            "int nm_impl_%s(%s)" % (n, f), "{",
-            "    NM_COUNT_CALL(%s);" % fn,
+            "int nm_impl_%s(%s)" % (n, f), "{"] + \
+           ["    " + x for x in first] + \
+           ["    NM_COUNT_CALL(%s);" % fn,
             "    if (NM_LIKELY(nm_host_fast())) return PMPI_%s(%s);" % (n, act),
             "    return nm_slow_%s(%s);" % (n, act)]
+
+
+def refusal_body(r, raise_call):
+    """The REJECT and LARGE rows' device check: when one of the call's buffers is device memory,
+    its outputs are reset and `raise_call` ends the call (the real MPI never sees the pointer)."""
+    bufs = reject_bufs(r, False)
+    body = ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+            "if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
+    body += ["    " + s for s in reject_resets(r, False)]
+    return body + ["    return %s;" % raise_call, "}"]
 
 
 def slow_split(n, f, act, fn, cond, slow_body):
@@ -408,36 +420,15 @@ def c_wrapper(r, recv_kinds):
         # (pointers only are looked at: nothing of the data is touched) and the real MPI never
         # sees the pointer.
         big = large_scalars(r)
-        base = r["base"]
         narrow = ", ".join("(int)" + a["name"] if a["name"] in big else a["name"] for a in r["args"])
-        bufs = reject_bufs(r, False)
-        out = ["static NM_NOINLINE int nm_slow_%s(%s)" % (n, f), "{",
-               "    NM_COUNT_CALL(%s);" % fn,
-               "    if (NM_UNLIKELY(!nm_host_fast())) {",
-               "        const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
-               "        if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
-        out += ["            " + s for s in reject_resets(r, False)]
-        out += ["            return %s;" % large_raise(r),
-                "        }",
-                "        nm_trace_call(%s);" % fn,
-                "        if (NM_UNLIKELY(nm_hot.queued)) nm_flush();",
-                "    }",
-                "    return PMPI_%s(%s);" % (n, act),
-                "}",
-                "int nm_impl_%s(%s)" % (n, f), "{",
-                "    if (NM_LIKELY(%s)) return nm_impl_%s(%s);" % (
-                    " && ".join("NM_FITS_INT(%s)" % b for b in big), base["name"], narrow),
-                "    return nm_slow_%s(%s);" % (n, act)]
+        fits = "if (NM_LIKELY(%s)) return nm_impl_%s(%s);" % (" && ".join("NM_FITS_INT(%s)" % b for b in big),
+                                                             r["base"]["name"], narrow)
+        out = device_check_wrapper(n, f, act, fn, refusal_body(r, large_raise(r)), [fits])
     elif p == "REJECT":
         # Buffers ncclmpi cannot run on device memory: the real MPI must never see a device
         # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
         # DATA path's: count, two loads, tail jump; the check lives in its own function.
-        bufs = reject_bufs(r, False)
-        body = ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
-                "if (NM_UNLIKELY(nm_reject_device(b, %d))) {" % len(bufs)]
-        body += ["    " + s for s in reject_resets(r, False)]
-        body += ["    return %s;" % reject_raise(r, False), "}"]
-        out = device_check_wrapper(n, f, act, fn, body)
+        out = device_check_wrapper(n, f, act, fn, refusal_body(r, reject_raise(r, False)))
     elif p == "STAGE":
         # Device buffers go to the real MPI as host shadows (stage_body); host buffers as the
         # REJECT path's: count, two loads, tail jump.
