@@ -241,4 +241,13 @@ AC_DEFUN([NM_CHECK_MPI4_FNS], [
   AC_DEFINE_UNQUOTED([NM_BUILD_HAVE_MPI_LARGE], [$nm_large_value],
     [1 where the MPI has every large-count (_c) form of the table (the tests of them are built)])
   NM_DEFINE_STRING([NM_BUILD_MPI4_FNS], [$NM_MPI4_FNS], [the MPI-4 functions of the table that the MPI provides (generated)])
+  # MPI_Pready_list's partition list: const int[] in the standard and MPICH, int[] in Open MPI 5
+  nm_pready_const=""
+  AS_CASE([" $nm_mpi4_have "], [*" Pready_list "*],
+    [AC_MSG_CHECKING([whether MPI_Pready_list takes a const partition list])
+     AC_COMPILE_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>
+int PMPI_Pready_list(int length, const int array_of_partitions[], MPI_Request request);]], [[]])],
+       [nm_pready_const=const; AC_MSG_RESULT([yes])], [AC_MSG_RESULT([no])])])
+  AC_DEFINE_UNQUOTED([NM_PREADY_LIST_CONST], [$nm_pready_const],
+    [const where the MPI declares MPI_Pready_list's partition list const (the table's row)])
 ])

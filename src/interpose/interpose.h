@@ -9,6 +9,7 @@
 #include <link.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include "nm_build.h"  /* (NM_PREADY_LIST_CONST: a type in nm_impl.h) */
 #include "nm_fn.h"
 #include "nm_impl.h"
 #include "route/nm_op.h"

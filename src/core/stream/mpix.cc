@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <type_traits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -35,7 +36,55 @@ struct ncclmpi_stream {
     CUcontext ctx = nullptr;
     int device = -1;
     std::atomic<int> refs{1};  // the handle, and each communicator it is attached to
+    MPIX_Stream handle = MPIX_STREAM_NULL;  // what MPIX_Stream_create gave the application
 };
+
+namespace {
+
+// MPIX_Stream handles. Where the MPI declares no MPIX_Stream (Open MPI), ncclmpi.h declares it a
+// pointer and a handle is the stream itself. MPICH declares an integer handle (its own streams':
+// ncclmpi's functions replace them): there a handle is an index into a table of the streams made
+// here, offset into a range MPICH's MPIX_STREAM_NULL is not in.
+template <class H, bool Pointer = std::is_pointer<H>::value>
+struct Handles {
+    static ncclmpi_stream *get(H h) { return h; }
+    static H add(ncclmpi_stream *s) { return s; }
+    static void drop(H) {}
+};
+template <class H>
+struct Handles<H, false> {
+    static constexpr long kBase = 0x5a000000L;
+    static std::mutex mu;
+    static std::vector<ncclmpi_stream *> table;  // (a freed slot: nullptr, used again)
+    static ncclmpi_stream *get(H h)
+    {
+        const long i = (long)h - kBase;
+        std::lock_guard<std::mutex> g(mu);
+        return i >= 0 && (size_t)i < table.size() ? table[(size_t)i] : nullptr;
+    }
+    static H add(ncclmpi_stream *s)
+    {
+        std::lock_guard<std::mutex> g(mu);
+        size_t i = 0;
+        while (i < table.size() && table[i]) i++;
+        if (i == table.size()) table.push_back(nullptr);
+        table[i] = s;
+        return (H)(kBase + (long)i);
+    }
+    static void drop(H h)
+    {
+        const long i = (long)h - kBase;
+        std::lock_guard<std::mutex> g(mu);
+        if (i >= 0 && (size_t)i < table.size()) table[(size_t)i] = nullptr;
+    }
+};
+template <class H>
+std::mutex Handles<H, false>::mu;
+template <class H>
+std::vector<ncclmpi_stream *> Handles<H, false>::table;
+using StreamHandles = Handles<MPIX_Stream>;
+
+}  // namespace
 
 extern "C" void nm_stream_comm_connect(MPI_Comm comm, int device);
 
@@ -51,6 +100,7 @@ void stream_release(ncclmpi_stream *s)
 {
     if (!s || s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     if (s->gpu()) engine_enqueued_mark();
+    StreamHandles::drop(s->handle);  // (a communicator kept it: MPIX_Comm_get_stream gave its handle)
     delete s;
 }
 
@@ -255,14 +305,15 @@ NM_API int MPIX_Stream_create(MPI_Info info, MPIX_Stream *stream)
         delete s;
         return fail(call, MPI_ERR_ARG, "HIP streams are not supported (this is a CUDA build)");
     }
-    *stream = s;
+    *stream = s->handle = StreamHandles::add(s);
     return MPI_SUCCESS;
 }
 
 NM_API int MPIX_Stream_free(MPIX_Stream *stream)
 {
-    if (!stream || !*stream) return fail("MPIX_Stream_free", MPI_ERR_ARG, "not a stream (MPIX_STREAM_NULL)");
-    stream_release(*stream);  // a communicator it is attached to keeps it until freed
+    ncclmpi_stream *s = stream ? StreamHandles::get(*stream) : nullptr;
+    if (!s) return fail("MPIX_Stream_free", MPI_ERR_ARG, "not a stream (MPIX_STREAM_NULL)");
+    stream_release(s);  // a communicator it is attached to keeps it until freed
     *stream = MPIX_STREAM_NULL;
     return MPI_SUCCESS;
 }
@@ -275,8 +326,9 @@ static int stream_comm_create(const char *call, MPI_Comm comm, int count, MPIX_S
     StreamComm *sc = new StreamComm;
     sc->multiplex = multiplex;
     for (int i = 0; i < count; i++) {
-        if (streams[i]) streams[i]->refs.fetch_add(1, std::memory_order_relaxed);
-        sc->local.push_back(streams[i]);
+        ncclmpi_stream *st = StreamHandles::get(streams[i]);  // (MPIX_STREAM_NULL: a general stream)
+        if (st) st->refs.fetch_add(1, std::memory_order_relaxed);
+        sc->local.push_back(st);
     }
     if (sc->local.empty()) sc->local.push_back(nullptr);
     if ((rc = PMPI_Comm_set_attr(*newcomm, stream_keyval(), sc)) != MPI_SUCCESS) {
@@ -303,7 +355,7 @@ NM_API int MPIX_Comm_get_stream(MPI_Comm comm, int idx, MPIX_Stream *stream)
 {
     if (!stream) return fail("MPIX_Comm_get_stream", MPI_ERR_ARG, "stream is NULL", comm);
     const StreamComm *sc = stream_comm(comm);
-    *stream = sc && idx >= 0 && (size_t)idx < sc->local.size() ? sc->local[idx] : MPIX_STREAM_NULL;
+    *stream = sc && idx >= 0 && (size_t)idx < sc->local.size() && sc->local[idx] ? sc->local[idx]->handle : MPIX_STREAM_NULL;
     return MPI_SUCCESS;
 }
 
