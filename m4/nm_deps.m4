@@ -44,8 +44,14 @@ AC_DEFUN([NM_CHECK_MPI], [
   AS_IF([test -n "$nm_ompi_major"], [
      AC_COMPUTE_INT([nm_ompi_minor], [OMPI_MINOR_VERSION], [[#include <mpi.h>]])
      AC_COMPUTE_INT([nm_ompi_rel], [OMPI_RELEASE_VERSION], [[#include <mpi.h>]])
-     nm_mpi_ver="Open MPI $nm_ompi_major.$nm_ompi_minor.$nm_ompi_rel"],
-    [nm_mpi_ver="non-Open MPI (untested)"])
+     nm_mpi_ver="Open MPI $nm_ompi_major.$nm_ompi_minor.$nm_ompi_rel" NM_MPI_FLAVOR=ompi],
+    [AC_COMPUTE_INT([nm_mpich_num], [MPICH_NUMVERSION], [[#include <mpi.h>]], [nm_mpich_num=""])
+     AS_IF([test -n "$nm_mpich_num"],
+       [nm_mpi_ver="MPICH `expr $nm_mpich_num / 10000000`.`expr $nm_mpich_num / 100000 % 100`.`expr $nm_mpich_num / 1000 % 100`"
+        NM_MPI_FLAVOR=mpich],
+       [nm_mpi_ver="an MPI neither Open MPI nor MPICH (untested)" NM_MPI_FLAVOR=other])])
+  # (test/run_mpi.sh: how to launch, pass the environment and preload under this MPI's mpiexec)
+  AC_SUBST([NM_MPI_FLAVOR])
   AC_COMPUTE_INT([nm_fint_ok], [sizeof(MPI_Fint) == sizeof(int)], [[#include <mpi.h>]], [nm_fint_ok=0])
   AS_IF([test "$nm_fint_ok" != 1],
     [AC_MSG_ERROR([MPI_Fint is not a C int in this MPI; the Fortran entry points assume it is])])

@@ -45,7 +45,7 @@ fail=0
 for np in $nps; do
   for mode in plain preload; do
     # each rank's unittest output (stderr) in a file of its own
-    timeout 1200 "$b/test/run_mpi.sh" "$np" $mode sh -c 'o=$1; shift; exec "$@" 2>"$o.$OMPI_COMM_WORLD_RANK"' sh \
+    timeout 1200 "$b/test/run_mpi.sh" "$np" $mode sh -c 'o=$1; shift; exec "$@" 2>"$o.${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"' sh \
       "$out/$mode.np$np" "$py" "$t/main.py" -v ${MPI4PY_ARGS--e spawn} >"$out/$mode.np$np.stdout" 2>&1
     echo "mpi4py_check: mpi4py $ver, $np rank(s), $mode: exit $?, $(grep -h '^Ran ' "$out/$mode.np$np".[0-9]* | head -1)"
   done

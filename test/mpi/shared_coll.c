@@ -188,6 +188,7 @@ int main(int argc, char **argv)
 {
     /* ncclmpi reads its settings when it is loaded: a rank's own one takes a new image */
     const char *wrank = getenv("OMPI_COMM_WORLD_RANK"), *by_rank = getenv("SHARED_COLL_CACHE_BY_RANK");
+    if (!wrank) wrank = getenv("PMI_RANK");  /* (MPICH's Hydra) */
     if (by_rank && *by_rank == '1' && wrank) {
         setenv("NCCLMPI_COMM_CACHE", atoi(wrank) == 0 ? "1" : "2", 1);
         setenv("SHARED_COLL_CACHE_BY_RANK", "done", 1);

@@ -119,7 +119,7 @@ static int lookup(uintptr_t p)
 }
 
 /* FAKE_CUDA_DEVICE_PER_RANK=1: the process's context is on device (world rank % 8), the rank
- * from Open MPI's OMPI_COMM_WORLD_RANK, as if each rank of a job had a GPU of its own (with the
+ * from Open MPI's OMPI_COMM_WORLD_RANK (MPICH's PMI_RANK), as if each rank of a job had a GPU of its own (with the
  * stand-in NCCL's shared-memory mode: NCCL communicators of several ranks); the stand-in then has
  * 8 devices (devices 3 to 7 with peer access to every other one), else 3 */
 /* environment variable `name` is "1", read once into *cache (-1: not read yet) */
@@ -141,7 +141,8 @@ static int my_device(void)
 {
     static int d = -1;
     if (d < 0) {
-        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");  /* (Open MPI; MPICH's Hydra: PMI_RANK) */
+        if (!r) r = getenv("PMI_RANK");
         d = per_rank() && r ? atoi(r) % ndevices() : 0;
     }
     return d;

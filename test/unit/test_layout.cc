@@ -55,11 +55,11 @@ struct Gen {
 };
 static int n_rejected;  // constructions the MPI refused (replaced by a dup of the child)
 
-// A 16-byte leaf. Open MPI 5 packs a non-contiguous MPI_LONG_DOUBLE as its 10 value bytes and
-// zeroes (unpack: skips) the 6 bytes of x87 padding, which ncclmpi's layouts copy like any other
-// byte; the values agree, the padding does not. There a 16-byte type without padding takes its
-// place (in the same slot: the seed still draws the same types).
-#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
+// A 16-byte leaf. Open MPI 5 and MPICH pack a non-contiguous MPI_LONG_DOUBLE as its 10 value
+// bytes and leave out (unpack: skip) the 6 bytes of x87 padding, which ncclmpi's layouts copy like
+// any other byte; the values agree, the padding does not. There a 16-byte type without padding
+// takes its place (in the same slot: the seed still draws the same types).
+#if (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5) || defined(MPICH_VERSION)
 #define NM_LEAF_16 {MPI_C_DOUBLE_COMPLEX, "double_complex"}
 #else
 #define NM_LEAF_16 {MPI_LONG_DOUBLE, "long_double"}
