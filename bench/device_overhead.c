@@ -13,6 +13,8 @@
  *           burst       64 x MPI_Iallreduce + one MPI_Waitall (N counts operations)
  *           group       the same inside ncclmpi_group_begin/end (N counts operations)
  *           enqueue     MPIX_Allreduce_enqueue, 2 floats in place, on a communicator of a stream
+ *           persistent  MPI_Start + MPI_Wait of one MPI_Allreduce_init request, 2 floats in place
+ *                       (MPI-4: where the MPI has it; each start is ncclmpi's MPI_Iallreduce)
  *
  * Output: kind=<k> n=<N> ok=<0|1> legacy_events=<e> | ns_per_call=<t>   (ok: the calls took the
  * NCCL route; e: events the N calls recorded on the legacy stream, with the stand-in driver)
@@ -27,8 +29,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_GROUP, K_ENQUEUE, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst", "group", "enqueue"};
+enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_GROUP, K_ENQUEUE, K_PERSIST, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst", "group", "enqueue", "persistent"};
 enum { BURST = 64 };
 
 static float *dbuf[BURST];
@@ -36,6 +38,7 @@ static int errors;
 static int (*group_begin)(void), (*group_end)(void); /* ncclmpi's, looked up */
 static int (*enqueue)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
 static MPI_Comm scomm; /* of a stream (enqueue) */
+static MPI_Request preq = MPI_REQUEST_NULL; /* MPI_Allreduce_init's (persistent) */
 
 __attribute__((noinline)) void dv_loop(int kind, long n)
 {
@@ -68,6 +71,10 @@ __attribute__((noinline)) void dv_loop(int kind, long n)
     case K_ENQUEUE:
         for (long i = 0; i < n; i++)
             if (enqueue(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, scomm) != MPI_SUCCESS) errors++;
+        break;
+    case K_PERSIST:
+        for (long i = 0; i < n; i++)
+            if (MPI_Start(&preq) != MPI_SUCCESS || MPI_Wait(&preq, MPI_STATUS_IGNORE) != MPI_SUCCESS) errors++;
         break;
     }
 }
@@ -140,6 +147,15 @@ int main(int argc, char **argv)
         sethex(info, "value", &cs, sizeof(cs));
         if (mk(info, &ms) != MPI_SUCCESS || scc(MPI_COMM_WORLD, ms, &scomm) != MPI_SUCCESS) return 2;
         MPI_Info_free(&info);
+    }
+    if (kind == K_PERSIST) {  /* (looked up: an MPI without MPI-4 has no MPI_Allreduce_init) */
+        typedef int (*init_fn)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+        init_fn ari = (init_fn)dlsym(RTLD_DEFAULT, "MPI_Allreduce_init");
+        if (!ari || ari(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &preq) != MPI_SUCCESS) {
+            fprintf(stderr, "%s: no MPI_Allreduce_init in this MPI (MPI-4)\n", argv[0]);
+            MPI_Finalize();
+            return 77;
+        }
     }
     /* the first calls make the communicator's NCCL communicator: a nonblocking one marks it, the
      * next blocking collective creates it */

@@ -14,7 +14,8 @@
 # "of which stand-ins": the part spent inside the stand-in driver and NCCL (their own lookups);
 # the layer's own count is the difference.
 # Environment: LIB (the library to measure; default BUILD_DIR/.libs/libncclmpi.so),
-#   KINDS (default "allreduce bcast iallreduce burst group enqueue"), KEEP=1 keeps the callgrind
+#   KINDS (default "allreduce bcast iallreduce burst group enqueue"; "persistent" where the MPI has
+#   MPI_Allreduce_init), KEEP=1 keeps the callgrind
 #   files, ANNOTATE=1 prints the top functions of the N2 run, NO_TIME=1 skips the timing.
 # Exit status: 0, or 2 on a setup error (valgrind missing, a call that did not take the NCCL route).
 set -u

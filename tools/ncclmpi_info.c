@@ -176,14 +176,15 @@ static void print_functions(void)
         return;
     }
     static const char *const kinds[][2] = {
-        {"routed", "device buffers on NCCL (staged where NCCL cannot)"},
+        {"routed", "device buffers on NCCL (staged where NCCL cannot); a persistent collective's starts run its\n"
+                   "    nonblocking form"},
         {"point-to-point", "device buffers: large contiguous messages as envelopes through the real MPI, the\n"
                            "    receiver copying the payload from the sender's GPU (one node, NCCLMPI_P2P_ENVELOPE), others staged;\n"
                            "    neighbourhood collectives as such messages where envelopes reach device memory, else staged"},
         {"staged", "device buffers through host copies and the real MPI"},
         {"rejected-on-device", "device buffers refused with MPI_ERR_BUFFER, never passed to the real MPI"},
         {"unsupported-on-device", "device buffers refused with MPI_ERR_UNSUPPORTED_OPERATION (MPI-4 persistent\n"
-                                  "    collectives, partitioned communication), never passed to the real MPI"},
+                                  "    collectives with per-rank counts, partitioned communication), never passed to the real MPI"},
         {"device-window", "one-sided: windows in device memory through CUDA IPC (one node), device origins staged"},
         {"flush-only", "no buffer; launches queued device work, then the real MPI"},
         {"host-only", "no buffer; the real MPI (completion and lifecycle calls)"},

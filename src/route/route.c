@@ -31,7 +31,7 @@ static nm_why_t incapable_why(const nm_route_in_t *in)
 
 /* NCCL communicator creation: only in a blocking collective (every rank of the communicator
  * is in it, in the same order), and only from shared facts. Not in a persistent collective's
- * init (MPI-4): it runs no data, and a device one fails (NM_WHY_PERSISTENT_COLL). */
+ * init (MPI-4): it runs no data (its starts run the nonblocking form, NM_WHY_PERSISTENT_START). */
 static unsigned create_act(const nm_route_in_t *in)
 {
     if ((in->flags & (NM_OPF_NB | NM_OPF_PERS)) || in->force_staged) return 0;
@@ -74,7 +74,11 @@ nm_decision_t nm_route(const nm_route_in_t *in)
     if (in->rank_kind == NM_RK_EMPTY) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_EMPTY, act);
     if (in->rank_kind == NM_RK_HOST) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_HOST_BUFFERS, act);
     if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
-    if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT_COLL, act);
+    /* (a device rank of a persistent collective: every rank has data, all start the same
+     * nonblocking form; the init itself neither creates nor connects) */
+    if (in->flags & NM_OPF_PERS)
+        return nm_pers_coll_restarts(in->kind) ? mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT_START, act)
+                                               : mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT_COLL, act);
     if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED, act);
     /* another thread's NCCL work on some rank: nothing made now, every rank staged */
     if (in->busy && in->cap != NM_CAP_FAILED) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_THREADS, 0);
@@ -102,6 +106,12 @@ nm_decision_t nm_route(const nm_route_in_t *in)
      * call matches what every other rank calls */
     unsigned pend = nb && in->cap == NM_CAP_UNKNOWN && !(f & NM_KF_AMBIG) ? NM_ACT_PENDING : 0;
     return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_NOT_YET, act | pend);
+}
+
+int nm_pers_coll_restarts(int kind)
+{
+    const unsigned f = nm_opk(kind);
+    return (f & NM_KF_COLL) && !(f & NM_KF_AMBIG) && kind != NM_OPK_BARRIER;
 }
 
 int nm_route_vote(const nm_route_in_t *in)
@@ -136,7 +146,8 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
         [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
         [NM_WHY_NEIGHBOR] = "neighbourhood collective on device buffers is staged",
-        [NM_WHY_PERSISTENT_COLL] = "persistent collectives on device buffers are not supported",
+        [NM_WHY_PERSISTENT_COLL] = "persistent collectives with per-rank counts (v and w forms) on device buffers are not supported",
+        [NM_WHY_PERSISTENT_START] = "persistent collective on device buffers: each start runs its nonblocking form",
         [NM_WHY_PEERS] = "sends and receives not connected yet (at the next blocking alltoall, gather or scatter)",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";

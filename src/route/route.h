@@ -61,7 +61,10 @@ typedef enum {
     NM_WHY_AGREE_NB,      /* NCCLMPI_AGREE: nonblocking collectives do not vote: staged */
     NM_WHY_ONESHOT,       /* small reduction the one-shot kernels run */
     NM_WHY_NEIGHBOR,      /* neighbourhood collective on device buffers: staged */
-    NM_WHY_PERSISTENT_COLL, /* persistent collective (MPI-4) on device buffers: not supported */
+    NM_WHY_PERSISTENT_COLL, /* persistent collective (MPI-4) on device buffers of a kind whose ranks
+                               may differ in having data (v/w forms): not supported */
+    NM_WHY_PERSISTENT_START, /* persistent collective (MPI-4) on device buffers: each start runs its
+                                nonblocking form (nm_pers_coll_restarts) */
     NM_WHY_PEERS,         /* the communicator's sends and receives are not connected yet */
     NM_WHY_THREADS,       /* NCCLMPI_RENDEZVOUS: another thread of some rank's process had NCCL work */
     NM_WHY_COUNT_
@@ -109,6 +112,14 @@ typedef struct nm_decision {
 enum { NM_VOTE_STAGE = 0, NM_VOTE_NCCL = 1, NM_VOTE_ANY = 2 };
 
 nm_decision_t nm_route(const nm_route_in_t *in);
+/* Whether a persistent collective (MPI-4 MPI_<coll>_init) of this kind on device buffers runs its
+ * nonblocking form at each MPI_Start (the application's request completing when that call did):
+ * a collective with buffers whose ranks all have data or all have none (every count known to every
+ * rank). Not the v/w forms where a rank may have none while others have some (NM_KF_AMBIG): an
+ * empty rank's call goes to the real MPI's persistent collective, which does not match the others'
+ * nonblocking one; those stay refused (NM_WHY_PERSISTENT_COLL). */
+int nm_pers_coll_restarts(int kind);
+
 /* This rank's vote before an agreed blocking collective. */
 int nm_route_vote(const nm_route_in_t *in);
 /* The kind, op and type allow NCCL (settings and communicator aside). */

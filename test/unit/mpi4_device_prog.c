@@ -4,7 +4,16 @@
  *   MPI_Isendrecv, MPI_Isendrecv_replace   around the ring and with the rank itself, device and
  *                                          host buffers mixed: every byte against PMPI_Sendrecv
  *                                          (_replace) on host copies, statuses, the staged route
- *   persistent collectives, persistent neighbourhood collectives, MPI_Psend_init, MPI_Precv_init
+ *   persistent collectives on device buffers (every kind whose ranks all have data): 4 rounds of
+ *                                          new data per request, each round's start completed by
+ *                                          MPI_Wait, an MPI_Test loop, MPI_Startall + MPI_Waitall,
+ *                                          or MPI_Request_get_status then MPI_Wait; every byte
+ *                                          against PMPI's blocking form on host copies; a derived
+ *                                          type freed after the init; two requests in one
+ *                                          MPI_Startall; the starts counted on the nonblocking
+ *                                          form's routes (NCCL where MPI4_EXPECT_NCCL=1)
+ *   the v/w persistent collectives (a rank may have no data), persistent neighbourhood
+ *   collectives, MPI_Psend_init, MPI_Precv_init
  *                                          on device buffers: MPI_ERR_UNSUPPORTED_OPERATION through
  *                                          the communicator's handler (MPI_ERRORS_RETURN), a message
  *                                          naming the call, the request MPI_REQUEST_NULL, the real
@@ -47,9 +56,10 @@ static int val(int from, int round, int i) { return from * 1000003 + round * 100
 
 static unsigned long long route_calls(const char *fn, int route)
 {
-    int (*get)(const char *, ncclmpi_stats_t *) = (int (*)(const char *, ncclmpi_stats_t *))dlsym(RTLD_DEFAULT, "ncclmpi_get_stats");
-    ncclmpi_stats_t st;
-    return get && get(fn, &st) == 0 ? st.route[route] : 0;
+    int (*get)(const char *, int, unsigned long long *) =
+        (int (*)(const char *, int, unsigned long long *))dlsym(RTLD_DEFAULT, "ncclmpi_get_route_calls");
+    unsigned long long n = 0;
+    return get && get(fn, route, &n) == 0 ? n : 0;
 }
 
 /* device or host, by bit k of mask */
@@ -131,22 +141,10 @@ static void t_unsupported(MPI_Comm c, MPI_Comm ring, int **dev)
         rc = MPI_##fn(__VA_ARGS__, I, &q);                      \
         expect_unsupported(#fn, rc, q, r);                      \
     } while (0)
-    UNSUP(Allreduce_init, s, r, 4, T, MPI_SUM, c);
-    UNSUP(Reduce_init, s, r, 4, T, MPI_SUM, 0, c);
-    UNSUP(Bcast_init, r, 4, T, 0, c);
-    UNSUP(Allgather_init, s, 1, T, r, 1, T, c);
-    UNSUP(Allgatherv_init, s, 1, T, r, cnts, dsp, T, c);
-    UNSUP(Alltoall_init, s, 1, T, r, 1, T, c);
     UNSUP(Alltoallv_init, s, cnts, dsp, T, r, cnts, dsp, T, c);
     UNSUP(Alltoallw_init, s, cnts, dsp, ty, r, cnts, dsp, ty, c);
-    UNSUP(Reduce_scatter_init, s, r, cnts, T, MPI_SUM, c);
-    UNSUP(Reduce_scatter_block_init, s, r, 1, T, MPI_SUM, c);
-    UNSUP(Gather_init, s, 1, T, r, 1, T, 0, c);
     UNSUP(Gatherv_init, s, 1, T, r, cnts, dsp, T, 0, c);
-    UNSUP(Scatter_init, s, 1, T, r, 1, T, 0, c);
     UNSUP(Scatterv_init, s, cnts, dsp, T, r, 1, T, 0, c);
-    UNSUP(Scan_init, s, r, 4, T, MPI_SUM, c);
-    UNSUP(Exscan_init, s, r, 4, T, MPI_SUM, c);
     UNSUP(Neighbor_allgather_init, s, 1, T, r, 1, T, ring);
     UNSUP(Neighbor_allgatherv_init, s, 1, T, r, cnts, dsp, T, ring);
     UNSUP(Neighbor_alltoall_init, s, 1, T, r, 1, T, ring);
@@ -155,9 +153,162 @@ static void t_unsupported(MPI_Comm c, MPI_Comm ring, int **dev)
     UNSUP(Psend_init, s, 2, (MPI_Count)2, T, (rank + 1) % size, 3, c);
     UNSUP(Precv_init, r, 2, (MPI_Count)2, T, (rank + size - 1) % size, 3, c);
 #undef UNSUP
-    if (route_calls("Allreduce_init", NCCLMPI_ROUTE_ERROR) != 1 || route_calls("Psend_init", NCCLMPI_ROUTE_ERROR) != 1)
+    if (route_calls("Alltoallv_init", NCCLMPI_ROUTE_ERROR) != 1 || route_calls("Psend_init", NCCLMPI_ROUTE_ERROR) != 1)
         FAIL("the refused calls are not counted on the error route (%llu, %llu)",
-             route_calls("Allreduce_init", NCCLMPI_ROUTE_ERROR), route_calls("Psend_init", NCCLMPI_ROUTE_ERROR));
+             route_calls("Alltoallv_init", NCCLMPI_ROUTE_ERROR), route_calls("Psend_init", NCCLMPI_ROUTE_ERROR));
+}
+
+/* ---- persistent collectives on device buffers: each start runs the nonblocking form ---- */
+enum { K = 3, ROUNDS = 4 };
+enum { P_ALLREDUCE, P_REDUCE, P_BCAST, P_ALLGATHER, P_ALLGATHERV, P_ALLTOALL, P_REDUCE_SCATTER, P_RSB, P_GATHER,
+       P_SCATTER, P_SCAN, P_EXSCAN, P_COUNT };
+static const char *const p_names[P_COUNT] = {"Allreduce_init", "Reduce_init", "Bcast_init", "Allgather_init",
+    "Allgatherv_init", "Alltoall_init", "Reduce_scatter_init", "Reduce_scatter_block_init", "Gather_init",
+    "Scatter_init", "Scan_init", "Exscan_init"};
+static int p_cnts[64], p_dsp[64];
+
+/* the persistent call of kind k (root 1 % size), or PMPI's blocking form of it (ref) */
+static int p_call(int k, const int *s, int *r, MPI_Datatype t2, MPI_Comm c, MPI_Request *q, int ref)
+{
+    const int root = 1 % size;
+    const MPI_Info I = MPI_INFO_NULL;
+    switch (k) {
+    case P_ALLREDUCE: return ref ? PMPI_Allreduce(s, r, K, MPI_INT, MPI_SUM, c) : MPI_Allreduce_init(s, r, K, MPI_INT, MPI_SUM, c, I, q);
+    case P_REDUCE: return ref ? PMPI_Reduce(s, r, K, MPI_INT, MPI_SUM, root, c) : MPI_Reduce_init(s, r, K, MPI_INT, MPI_SUM, root, c, I, q);
+    case P_BCAST: return ref ? PMPI_Bcast(r, K, MPI_INT, root, c) : MPI_Bcast_init(r, K, MPI_INT, root, c, I, q);
+    /* (a derived type: the application frees it after the init) */
+    case P_ALLGATHER: return ref ? PMPI_Allgather(s, 1, t2, r, 1, t2, c) : MPI_Allgather_init(s, 1, t2, r, 1, t2, c, I, q);
+    case P_ALLGATHERV:
+        return ref ? PMPI_Allgatherv(s, p_cnts[rank], MPI_INT, r, p_cnts, p_dsp, MPI_INT, c)
+                   : MPI_Allgatherv_init(s, p_cnts[rank], MPI_INT, r, p_cnts, p_dsp, MPI_INT, c, I, q);
+    case P_ALLTOALL: return ref ? PMPI_Alltoall(s, K, MPI_INT, r, K, MPI_INT, c) : MPI_Alltoall_init(s, K, MPI_INT, r, K, MPI_INT, c, I, q);
+    case P_REDUCE_SCATTER:
+        return ref ? PMPI_Reduce_scatter(s, r, p_cnts, MPI_INT, MPI_SUM, c) : MPI_Reduce_scatter_init(s, r, p_cnts, MPI_INT, MPI_SUM, c, I, q);
+    case P_RSB:
+        return ref ? PMPI_Reduce_scatter_block(s, r, K, MPI_INT, MPI_SUM, c) : MPI_Reduce_scatter_block_init(s, r, K, MPI_INT, MPI_SUM, c, I, q);
+    case P_GATHER: return ref ? PMPI_Gather(s, K, MPI_INT, r, K, MPI_INT, root, c) : MPI_Gather_init(s, K, MPI_INT, r, K, MPI_INT, root, c, I, q);
+    case P_SCATTER: return ref ? PMPI_Scatter(s, K, MPI_INT, r, K, MPI_INT, root, c) : MPI_Scatter_init(s, K, MPI_INT, r, K, MPI_INT, root, c, I, q);
+    case P_SCAN: return ref ? PMPI_Scan(s, r, K, MPI_INT, MPI_SUM, c) : MPI_Scan_init(s, r, K, MPI_INT, MPI_SUM, c, I, q);
+    default: return ref ? PMPI_Exscan(s, r, K, MPI_INT, MPI_SUM, c) : MPI_Exscan_init(s, r, K, MPI_INT, MPI_SUM, c, I, q);
+    }
+}
+
+/* the elements of r the call defines on this rank */
+static int p_out(int k)
+{
+    const int root = 1 % size;
+    switch (k) {
+    case P_REDUCE: case P_GATHER: return rank == root ? (k == P_REDUCE ? K : K * size) : 0;
+    case P_ALLGATHER: return 2 * size;
+    case P_ALLGATHERV: return p_dsp[size - 1] + p_cnts[size - 1];
+    case P_ALLTOALL: return K * size;
+    case P_REDUCE_SCATTER: return p_cnts[rank];
+    case P_EXSCAN: return rank == 0 ? 0 : K;
+    default: return K;
+    }
+}
+
+/* round `round`'s data: s (device) and hs (its host copy) from val(), r and ref poisoned (a
+ * broadcast's buffer holds the root's data there) */
+static void p_fill(int k, int round, int *s, int *hs, int *r, int *ref)
+{
+    for (int i = 0; i < N; i++) hs[i] = s[i] = val(rank, round, i), r[i] = ref[i] = -7;
+    if (k == P_BCAST && rank == 1 % size)
+        for (int i = 0; i < K; i++) r[i] = ref[i] = val(rank, round, i);
+}
+
+/* completes q, started: by form 0 MPI_Wait, 1 an MPI_Test loop, 2 MPI_Waitall, 3
+ * MPI_Request_get_status until complete, then MPI_Wait (r must be complete by then) */
+static int p_complete(MPI_Request *q, int form)
+{
+    int flag = 0, rc = MPI_SUCCESS;
+    MPI_Status st;
+    switch (form) {
+    case 0: return MPI_Wait(q, &st);
+    case 1:
+        while (!flag && rc == MPI_SUCCESS) rc = MPI_Test(q, &flag, &st);
+        return rc;
+    case 2: return MPI_Waitall(1, q, MPI_STATUSES_IGNORE);
+    default:
+        while (!flag && rc == MPI_SUCCESS) rc = MPI_Request_get_status(*q, &flag, &st);
+        return rc != MPI_SUCCESS ? rc : MPI_Wait(q, &st);
+    }
+}
+
+static void t_persistent(MPI_Comm c, int *s, int *r)
+{
+    static int hs[N], ref[N];
+    for (int i = 0; i < size && i < 64; i++) p_cnts[i] = 1 + i % 3, p_dsp[i] = i ? p_dsp[i - 1] + p_cnts[i - 1] : 0;
+    if (size > 64) return;
+    unsigned long long nb0 = route_calls("Iallreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Iallreduce", NCCLMPI_ROUTE_STAGED) +
+                             route_calls("Iallreduce", NCCLMPI_ROUTE_ONESHOT);
+    unsigned long long nccl0 = route_calls("Iallreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Iallreduce", NCCLMPI_ROUTE_ONESHOT);
+    for (int k = 0; k < P_COUNT; k++) {
+        MPI_Datatype t2;
+        MPI_Type_contiguous(2, MPI_INT, &t2);
+        MPI_Type_commit(&t2);
+        MPI_Request q;
+        memset(&q, 0xA5, sizeof(q));
+        p_fill(k, 0, s, hs, r, ref);
+        int rc = p_call(k, s, r, t2, c, &q, 0);
+        MPI_Type_free(&t2);  /* (the request keeps what it needs) */
+        if (rc != MPI_SUCCESS || q == MPI_REQUEST_NULL) {
+            FAIL("MPI_%s on device buffers: rc %d", p_names[k], rc);
+            continue;
+        }
+        for (int round = 0; round < ROUNDS; round++) {
+            p_fill(k, round, s, hs, r, ref);
+            rc = round % 4 == 2 ? MPI_Startall(1, &q) : MPI_Start(&q);
+            if (rc == MPI_SUCCESS) rc = p_complete(&q, round % 4);
+            MPI_Datatype h2;
+            PMPI_Type_contiguous(2, MPI_INT, &h2);
+            PMPI_Type_commit(&h2);
+            p_call(k, hs, ref, h2, c, NULL, 1);
+            PMPI_Type_free(&h2);
+            const int n = p_out(k);
+            if (rc != MPI_SUCCESS || q == MPI_REQUEST_NULL) FAIL("MPI_%s, round %d: start/complete rc %d", p_names[k], round, rc);
+            for (int i = 0; i < n; i++)
+                if (r[i] != ref[i]) {
+                    FAIL("MPI_%s on device buffers, round %d (form %d): element %d is %d, PMPI %d", p_names[k], round,
+                         round % 4, i, r[i], ref[i]);
+                    break;
+                }
+            for (int i = n; i < N && k != P_BCAST && k != P_EXSCAN; i++)
+                if (r[i] != -7) {
+                    FAIL("MPI_%s, round %d: element %d past the output written (%d)", p_names[k], round, i, r[i]);
+                    break;
+                }
+        }
+        MPI_Request_free(&q);
+        if (q != MPI_REQUEST_NULL) FAIL("MPI_Request_free left the request of MPI_%s", p_names[k]);
+        if (route_calls(p_names[k], NCCLMPI_ROUTE_STAGED) != 1 || route_calls(p_names[k], NCCLMPI_ROUTE_ERROR) != 0)
+            FAIL("MPI_%s on device buffers: not one init on its restarted route (%llu)", p_names[k],
+                 route_calls(p_names[k], NCCLMPI_ROUTE_STAGED));
+    }
+    /* two persistent collectives in one MPI_Startall, completed by one MPI_Waitall */
+    int *s2 = s + N / 2, *r2 = r + N / 2;
+    MPI_Request qs[2];
+    MPI_Allreduce_init(s, r, K, MPI_INT, MPI_MAX, c, MPI_INFO_NULL, &qs[0]);
+    MPI_Allreduce_init(s2, r2, K, MPI_INT, MPI_SUM, c, MPI_INFO_NULL, &qs[1]);
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < N; i++) hs[i] = s[i] = val(rank, round + 9, i), r[i] = -7;
+        int rc = MPI_Startall(2, qs);
+        if (rc == MPI_SUCCESS) rc = MPI_Waitall(2, qs, MPI_STATUSES_IGNORE);
+        int want[2][K];
+        PMPI_Allreduce(hs, want[0], K, MPI_INT, MPI_MAX, c);
+        PMPI_Allreduce(hs + N / 2, want[1], K, MPI_INT, MPI_SUM, c);
+        if (rc != MPI_SUCCESS || memcmp(r, want[0], sizeof(want[0])) || memcmp(r2, want[1], sizeof(want[1])))
+            FAIL("two persistent allreduces in one MPI_Startall, round %d: rc %d, %d %d (PMPI %d %d)", round, rc, r[0], r2[0],
+                 want[0][0], want[1][0]);
+    }
+    MPI_Request_free(&qs[0]);
+    MPI_Request_free(&qs[1]);
+    const unsigned long long nb = route_calls("Iallreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Iallreduce", NCCLMPI_ROUTE_STAGED) +
+                                  route_calls("Iallreduce", NCCLMPI_ROUTE_ONESHOT) - nb0;
+    const unsigned long long nccl = route_calls("Iallreduce", NCCLMPI_ROUTE_NCCL) + route_calls("Iallreduce", NCCLMPI_ROUTE_ONESHOT) - nccl0;
+    if (nb != ROUNDS * 3) FAIL("the persistent allreduces' starts: %llu device MPI_Iallreduce calls, want %d", nb, ROUNDS * 3);
+    const char *e = getenv("MPI4_EXPECT_NCCL");
+    if (e && *e == '1' && nccl != nb) FAIL("the persistent allreduces' starts: %llu of %llu on NCCL", nccl, nb);
 }
 
 #if NM_BUILD_HAVE_MPI_LARGE
@@ -341,6 +492,12 @@ int main(int argc, char **argv)
     t_isendrecv(c, dev, host);
     if (route_calls("Isendrecv", NCCLMPI_ROUTE_STAGED) == staged0) FAIL("no MPI_Isendrecv on device buffers was staged");
     t_unsupported(c, ring, dev);
+    {  /* a blocking device collective first: the communicator's NCCL side where there is one */
+        int *a = (int *)(uintptr_t)b[3];
+        for (int i = 0; i < K; i++) a[i] = rank + i;
+        MPI_Allreduce(MPI_IN_PLACE, a, K, MPI_INT, MPI_SUM, c);
+        t_persistent(c, dev[2], a);
+    }
     t_host_persistent(c);
 #if NM_BUILD_HAVE_MPI_LARGE
     if (size <= 64) t_large(c, dev);

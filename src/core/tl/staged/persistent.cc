@@ -1,4 +1,4 @@
-// ncclmpi: persistent point-to-point requests on device buffers, staged (see persistent.h).
+// ncclmpi: persistent requests on device buffers (see persistent.h).
 #include "core/tl/staged/persistent.h"
 
 #include <limits.h>
@@ -15,6 +15,7 @@
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
+#include "route/route.h"
 #include "util/handle_map.h"
 #include "util/log.h"
 
@@ -42,6 +43,7 @@ struct Emul {
     bool restart = false;
     nm_op_t call;                        // the nonblocking form (its request: inner)
     MPI_Datatype dup = MPI_DATATYPE_NULL;  // call's own reference to a derived type
+    MPI_Datatype rdup = MPI_DATATYPE_NULL; // (a collective's receive type)
     bool posted = false;                 // this activation's call runs (inner, until it completed)
     int err = MPI_SUCCESS;               // how it ended (got: what it got)
     bool err_reported = false;           // (a handler saw err already)
@@ -50,6 +52,47 @@ struct Emul {
 // Keys on the private communicator (envelope.h: below NM_SELF_KEY0 are fabricated messages').
 std::atomic<int> next_key{0};
 int key_new() { return NM_SELF_KEY0 + next_key.fetch_add(1, std::memory_order_relaxed) % (0x3fffffff - NM_SELF_KEY0); }
+
+// The nonblocking collective a persistent one's start runs (route: nm_pers_coll_restarts), or -1.
+int coll_nb_fn(int kind)
+{
+    switch (kind) {
+    case NM_OPK_ALLREDUCE: return NM_FN_Iallreduce;
+    case NM_OPK_REDUCE: return NM_FN_Ireduce;
+    case NM_OPK_BCAST: return NM_FN_Ibcast;
+    case NM_OPK_ALLGATHER: return NM_FN_Iallgather;
+    case NM_OPK_ALLGATHERV: return NM_FN_Iallgatherv;
+    case NM_OPK_ALLTOALL: return NM_FN_Ialltoall;
+    case NM_OPK_REDUCE_SCATTER: return NM_FN_Ireduce_scatter;
+    case NM_OPK_REDUCE_SCATTER_BLOCK: return NM_FN_Ireduce_scatter_block;
+    case NM_OPK_GATHER: return NM_FN_Igather;
+    case NM_OPK_SCATTER: return NM_FN_Iscatter;
+    case NM_OPK_SCAN: return NM_FN_Iscan;
+    case NM_OPK_EXSCAN: return NM_FN_Iexscan;
+    default: return -1;
+    }
+}
+
+// A derived type *t becomes the request's own duplicate *dup (named types stay).
+void keep_type(MPI_Datatype *t, MPI_Datatype *dup)
+{
+    if (*t == MPI_DATATYPE_NULL) return;
+    int ni, na, nd, combiner = MPI_COMBINER_NAMED;
+    PMPI_Type_get_envelope(*t, &ni, &na, &nd, &combiner);
+    if (combiner != MPI_COMBINER_NAMED && PMPI_Type_dup(*t, dup) == MPI_SUCCESS) *t = *dup;
+}
+
+// Where restarted calls' requests receive their completions: the envelopes' private communicator
+// where envelopes are on, else one of this file's own (a duplicate of MPI_COMM_SELF: local).
+MPI_Comm restart_comm()
+{
+    if (env_on() && env_self_comm() != MPI_COMM_NULL) return env_self_comm();
+    static std::once_flag once;
+    static MPI_Comm own = MPI_COMM_NULL;
+    std::call_once(once, [] { PMPI_Comm_dup(MPI_COMM_SELF, &own); });
+    return own;
+}
+
 
 struct Pers {
     Stage *stage;
@@ -110,7 +153,7 @@ void restart_done(MPI_Request app, Emul *em, const MPI_Status &st, int err, bool
         if (app != MPI_REQUEST_NULL) PMPI_Cancel(&app);
         return;
     }
-    PMPI_Isend(nullptr, 0, MPI_BYTE, 0, em->key, env_self_comm(), &em->fwd);
+    PMPI_Isend(nullptr, 0, MPI_BYTE, 0, em->key, restart_comm(), &em->fwd);
 }
 
 // Moves a restarted call along: its request completed -> restart_done. (mu held)
@@ -161,6 +204,7 @@ void release(Pers &p)
         if (p.em->fwd != MPI_REQUEST_NULL) PMPI_Wait(&p.em->fwd, MPI_STATUS_IGNORE);
         free(p.em->tmp);
         if (p.em->dup != MPI_DATATYPE_NULL) PMPI_Type_free(&p.em->dup);
+        if (p.em->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&p.em->rdup);
         delete p.em;
     }
     if (p.stage) stage_release(p.stage);
@@ -324,7 +368,9 @@ int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
 
 bool pers_restart_applies(const nm_op_t *o)
 {
-    if (!(o->flags & NM_OPF_PERS) || !env_on()) return false;
+    if (!(o->flags & NM_OPF_PERS)) return false;
+    if (nm_opkind_is_coll(o->kind)) return nm_pers_coll_restarts(o->kind) != 0;  // (route: NM_WHY_PERSISTENT_START)
+    if (!env_on()) return false;
     const bool send = o->kind == NM_OPK_SEND && o->fn != NM_FN_Bsend_init;  // (buffered: stays staged)
     if (!send && o->kind != NM_OPK_RECV) return false;
     return (send ? o->peer : o->rpeer) != MPI_PROC_NULL && env_comm(o->comm);
@@ -340,27 +386,34 @@ int pers_restart_init(nm_op_t *o)
     int rc = nm_real_fns[o->fn](&c);
     if (rc != MPI_SUCCESS) return rc;
     PMPI_Request_free(&check);
+    const bool coll = nm_opkind_is_coll(o->kind);
+    const int nbfn = coll ? coll_nb_fn(o->kind) : o->fn == NM_FN_Recv_init ? NM_FN_Irecv
+                                                : o->fn == NM_FN_Ssend_init ? NM_FN_Issend
+                                                : o->fn == NM_FN_Rsend_init ? NM_FN_Irsend
+                                                                            : NM_FN_Isend;
+    if (nbfn < 0) return MPI_ERR_INTERN;  // (nm_pers_coll_restarts and coll_nb_fn disagree)
     Emul *em = new Emul;
     em->restart = true;
     em->comm = o->comm;
     em->key = key_new();
     em->call = *o;
-    em->call.fn = o->fn == NM_FN_Recv_init    ? NM_FN_Irecv
-                  : o->fn == NM_FN_Ssend_init ? NM_FN_Issend
-                  : o->fn == NM_FN_Rsend_init ? NM_FN_Irsend
-                                              : NM_FN_Isend;
+    em->call.fn = (uint16_t)nbfn;
     em->call.flags = NM_OPF_NB | NM_OPF_TASK;
     em->call.req = nullptr;
     em->call.status = nullptr;
     em->call.stage = nullptr;
+    em->call.info = MPI_INFO_NULL;
     // the application may free a derived type after the call; the request keeps its own
-    MPI_Datatype &t = o->kind == NM_OPK_RECV ? em->call.rtype : em->call.stype;
-    int ni, na, nd, combiner = MPI_COMBINER_NAMED;
-    PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
-    if (combiner != MPI_COMBINER_NAMED && PMPI_Type_dup(t, &em->dup) == MPI_SUCCESS) t = em->dup;
-    rc = PMPI_Recv_init(nullptr, 0, MPI_BYTE, 0, em->key, env_self_comm(), o->req);
+    if (coll) {
+        keep_type(&em->call.stype, &em->dup);
+        keep_type(&em->call.rtype, &em->rdup);
+    } else {
+        keep_type(o->kind == NM_OPK_RECV ? &em->call.rtype : &em->call.stype, &em->dup);
+    }
+    rc = PMPI_Recv_init(nullptr, 0, MPI_BYTE, 0, em->key, restart_comm(), o->req);
     if (rc != MPI_SUCCESS) {
         if (em->dup != MPI_DATATYPE_NULL) PMPI_Type_free(&em->dup);
+        if (em->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&em->rdup);
         delete em;
         return rc;
     }

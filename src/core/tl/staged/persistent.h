@@ -1,4 +1,8 @@
-// ncclmpi: persistent point-to-point requests on device buffers.
+// ncclmpi: persistent requests on device buffers.
+//
+// A persistent collective (MPI-4 MPI_<coll>_init, the kinds of route.h's nm_pers_coll_restarts)
+// is a restarted call below: each MPI_Start runs the nonblocking collective (MPI_Iallreduce for
+// MPI_Allreduce_init) on its own route, wherever envelopes are.
 //
 // On a communicator that may carry envelopes (envelope.h), MPI_Send_init, MPI_Ssend_init,
 // MPI_Rsend_init and MPI_Recv_init on device buffers are restarted nonblocking calls: each
