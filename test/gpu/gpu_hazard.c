@@ -2951,53 +2951,6 @@ typedef struct {
                       * ranks share a GPU, whose calls run staged in the real MPI (design.md, "Failures") */
 } scenario_t;
 
-/* 26. root_blocks: MPI_Gather and MPI_Scatter where the root names its own block differently from
- *     its peers (mpi4py's TestCCOBufInplace: MPI_IN_PLACE, then a NULL send or receive buffer of
- *     count 0 at the root), every root, under MPI_THREAD_MULTIPLE as mpi4py runs: the NCCL body
- *     must not depend on what only the root knows (the peers waited in another NCCL call), and the
- *     root's own block keeps its bytes where it names none */
-static void sc_root_blocks(void)
-{
-    for (int root = 0; root < size; root++)
-        for (int form = 0; form < 2; form++) {
-            const int cnt = root + 3;
-            const size_t blk = (size_t)cnt * sizeof(int), all = blk * (size_t)size;
-            int *want = malloc(all), *mine = malloc(blk);
-            char what[96];
-            for (int p = 0; p < size; p++)
-                for (int i = 0; i < cnt; i++) want[p * cnt + i] = 1000 * p + 10 * form + i + 1;
-            for (int i = 0; i < cnt; i++) mine[i] = want[rank * cnt + i];
-            /* Gather: form 0 in place at the root, form 1 a NULL send buffer of count 0 there (the
-             * root's block already holds its values: they must stay) */
-            gbuf_t g = rank == root ? gb_dev(all) : gb_dev_from(mine, blk);
-            if (rank == root) {
-                int *h = malloc(all);
-                memset(h, 0x5A, all);
-                memcpy(h + root * cnt, mine, blk);
-                gb_put(&g, h);
-                free(h);
-            }
-            STEP();
-            int rc = rank == root ? MPI_Gather(form ? NULL : MPI_IN_PLACE, 0, MPI_INT, g.p, cnt, MPI_INT, root, MPI_COMM_WORLD)
-                                  : MPI_Gather(g.p, cnt, MPI_INT, NULL, 0, MPI_INT, root, MPI_COMM_WORLD);
-            CHECK(rc == MPI_SUCCESS, "MPI_Gather root %d form %d returned %d", root, form, rc);
-            snprintf(what, sizeof(what), "MPI_Gather, root %d, %s at the root", root, form ? "NULL send buffer" : "in place");
-            gb_expect(&g, rank == root ? (const void *)want : (const void *)mine, sizeof(int), what);
-            gb_free(&g);
-            /* Scatter: form 0 in place at the root, form 1 a NULL receive buffer of count 0 there */
-            gbuf_t sc = rank == root ? gb_dev_from(want, all) : gb_dev(blk);
-            STEP();
-            rc = rank == root ? MPI_Scatter(sc.p, cnt, MPI_INT, form ? NULL : MPI_IN_PLACE, 0, MPI_INT, root, MPI_COMM_WORLD)
-                              : MPI_Scatter(NULL, 0, MPI_INT, sc.p, cnt, MPI_INT, root, MPI_COMM_WORLD);
-            CHECK(rc == MPI_SUCCESS, "MPI_Scatter root %d form %d returned %d", root, form, rc);
-            snprintf(what, sizeof(what), "MPI_Scatter, root %d, %s at the root", root, form ? "NULL receive buffer" : "in place");
-            gb_expect(&sc, rank == root ? (const void *)want : (const void *)mine, sizeof(int), what);
-            gb_free(&sc);
-            free(want);
-            free(mine);
-        }
-}
-
 static const scenario_t scenarios[] = {
     {"layout_gather", sc_layout_gather, NULL, 1, 0, 0, 0, 0, 0},
     {"layout_bcast", sc_layout_bcast, NULL, 1, 0, 0, 0, 0, 0},
@@ -3030,7 +2983,6 @@ static const scenario_t scenarios[] = {
     {"cyclic_comms", sc_cyclic_comms, NULL, 3, 0, 0, 0, 0, 0},
     {"reset_final", sc_reset_final, NULL, 1, 0, 0, 0, 0, 0},
     {"reset_reuse", sc_reset_reuse, NULL, 1, 0, 0, 0, 0, 0},
-    {"root_blocks", sc_root_blocks, NULL, 2, 0, 1, 0, 0, 0},
 };
 
 static void usage(void)

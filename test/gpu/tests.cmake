@@ -80,7 +80,7 @@ set(NM_HAZARD "${B}/test/gpu/gpu_hazard")
 set(NM_HAZARD_SCENARIOS layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
     empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads thread_comms first_nb_crossing
     comm_free_outstanding dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group field_range group_mix fault fault_nb fuzz envelope_order
-    connect_crossing cyclic_comms reset_final reset_reuse root_blocks)
+    connect_crossing cyclic_comms reset_final reset_reuse)
 set(NM_HAZARD_NP3_SKIP fault fault_nb)  # NCCL launches only
 foreach(sc IN LISTS NM_HAZARD_SCENARIOS)
   foreach(np 2 3)

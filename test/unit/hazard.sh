@@ -19,7 +19,7 @@ export NM_HAZARD_UNTIMED=1  # (dup_churn: times of oversubscribed stand-ins are 
 scenarios=${HAZARD_SCENARIOS:-"layout_gather layout_bcast layout_reduce empty_gatherv_first empty_alltoallv_first
   empty_scatterv bottom signature_pipelined uint8_sum agree_mixed threads thread_comms first_nb_crossing comm_free_outstanding
   dup_churn use_churn use_churn_threads progress coalesce_triggers explicit_group field_range group_mix fault fault_nb fuzz envelope_order
-  connect_crossing cyclic_comms reset_final reset_reuse root_blocks"}
+  connect_crossing cyclic_comms reset_final reset_reuse"}
 # at 4 ranks too: orders and agreements whose cycles need more than three ranks to show
 np4="cyclic_comms connect_crossing coalesce_triggers explicit_group field_range group_mix fuzz threads comm_free_outstanding use_churn"
 fail=0

@@ -456,21 +456,14 @@ static nm_status_t gather_common(NcclCall &c, bool v)
     const nm_op_t &o = c.op.o;
     const int n = c.op.n, rank = c.op.rank;
     const bool root = c.op.root, inplace = c.op.inplace;
-    // NCCL's gather wherever NCCL has it: the choice of body must not depend on what only the
-    // root knows (its peers would wait in another NCCL call). A root whose send block is not its
-    // whole receive block (mpi4py passes a NULL send buffer and count 0 there) gives NCCL its own
-    // slot in place, then copies the bytes both sides name into it.
+    // (NCCL's gather only where the root sends its whole block; else sends and receives)
     const bool whole = !root || inplace || c.bytes(SEG_RECV, (size_t)o.rcount) == c.bytes(SEG_SEND, (size_t)o.scount);
-    if (!v && nccl.ncclGather) {
+    if (!v && nccl.ncclGather && whole) {
         size_t blk = root ? c.bytes(SEG_RECV, (size_t)o.rcount) : c.bytes(SEG_SEND, (size_t)o.scount);
-        char *dst = root ? c.seg(SEG_RECV, inplace || !whole ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n) : nullptr;
-        const char *src = root && (inplace || !whole) ? dst + o.root * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
-        const size_t sb = root && !whole ? c.bytes(SEG_SEND, (size_t)o.scount) : 0;
-        const char *own = sb ? c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount) : nullptr;
+        char *dst = root ? c.seg(SEG_RECV, inplace ? BUF_INOUT : BUF_OUT, 0, (size_t)o.rcount * n) : nullptr;
+        const char *src = root && inplace ? dst + o.root * blk : c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount);
         if (c.st != NM_OK) return c.st;
-        const nm_status_t st = c.call(NcclRec::GATHER, src, dst, blk, ncclInt8, 0, o.root);
-        if (st == NM_OK && sb) c.post_d2d(dst + o.root * blk, own, sb < blk ? sb : blk);
-        return st;
+        return c.call(NcclRec::GATHER, src, dst, blk, ncclInt8, 0, o.root);
     }
     P2P x(n);
     if (!(root && inplace)) {
@@ -495,20 +488,14 @@ static nm_status_t scatter_common(NcclCall &c, bool v)
     const nm_op_t &o = c.op.o;
     const int n = c.op.n, rank = c.op.rank;
     const bool root = c.op.root, rin = o.rbuf == MPI_IN_PLACE;
-    // NCCL's scatter wherever NCCL has it (the same on every rank, as the gather's above): a root
-    // whose receive block is not its whole send block (mpi4py passes a NULL receive buffer and
-    // count 0 there) lets NCCL write its own block onto itself, then copies what it names
+    // (NCCL's scatter only where the root receives its whole block; else sends and receives)
     const bool whole = !root || rin || c.bytes(SEG_RECV, (size_t)o.rcount) == c.bytes(SEG_SEND, (size_t)o.scount);
-    if (!v && nccl.ncclScatter) {
+    if (!v && nccl.ncclScatter && whole) {
         size_t blk = root ? c.bytes(SEG_SEND, (size_t)o.scount) : c.bytes(SEG_RECV, (size_t)o.rcount);
         char *src = root ? c.seg(SEG_SEND, BUF_IN, 0, (size_t)o.scount * n) : nullptr;
-        const size_t rb = root && !whole ? c.bytes(SEG_RECV, (size_t)o.rcount) : 0;
-        char *own = rb ? c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount) : nullptr;
-        char *dst = root && (rin || !whole) ? src + o.root * blk : c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
+        char *dst = root && rin ? src + o.root * blk : c.seg(SEG_RECV, BUF_OUT, 0, (size_t)o.rcount);
         if (c.st != NM_OK) return c.st;
-        const nm_status_t st = c.call(NcclRec::SCATTER, src, dst, blk, ncclInt8, 0, o.root);
-        if (st == NM_OK && rb) c.post_d2d(own, src + o.root * blk, rb < blk ? rb : blk);
-        return st;
+        return c.call(NcclRec::SCATTER, src, dst, blk, ncclInt8, 0, o.root);
     }
     P2P x(n);
     if (root)
