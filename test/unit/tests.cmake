@@ -84,7 +84,7 @@ set_tests_properties(mpi_link_order PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RET
 # same result for every test on every rank (tools/mpi4py_check.sh; mpi4py built against this
 # build's MPI in ${B}/mpi4py-venv by tools/quickstart.sh test, else skipped)
 add_test(mpi_mpi4py sh "${S}/tools/mpi4py_check.sh" "${B}" 1 2 3)
-set_tests_properties(mpi_mpi4py PROPERTIES LABELS "mpi" TIMEOUT 1200 SKIP_RETURN_CODE 77 ENVIRONMENT "MPI4PY_CHECK_VENV=1")
+set_tests_properties(mpi_mpi4py PROPERTIES LABELS "mpi" TIMEOUT 3000 SKIP_RETURN_CODE 77 ENVIRONMENT "MPI4PY_CHECK_VENV=1")
 # every test's name starts with one of its labels (unit_, mpi_, fortran_, gpu_)
 add_test(unit_test_names sh "${S}/test/unit/test_names.sh" "${B}")
 set_tests_properties(unit_test_names PROPERTIES LABELS "unit" TIMEOUT 60)
