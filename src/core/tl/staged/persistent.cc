@@ -53,24 +53,28 @@ struct Emul {
 std::atomic<int> next_key{0};
 int key_new() { return NM_SELF_KEY0 + next_key.fetch_add(1, std::memory_order_relaxed) % (0x3fffffff - NM_SELF_KEY0); }
 
-// The nonblocking collective a persistent one's start runs (route: nm_pers_coll_restarts), or -1.
+// The nonblocking collective a persistent one's start runs (route: nm_pers_coll_restarts), or -1:
+// the table's first nonblocking row of that kind (MPI_Iallreduce for MPI_Allreduce_init; a
+// large-count row comes later in the table)
 int coll_nb_fn(int kind)
 {
-    switch (kind) {
-    case NM_OPK_ALLREDUCE: return NM_FN_Iallreduce;
-    case NM_OPK_REDUCE: return NM_FN_Ireduce;
-    case NM_OPK_BCAST: return NM_FN_Ibcast;
-    case NM_OPK_ALLGATHER: return NM_FN_Iallgather;
-    case NM_OPK_ALLGATHERV: return NM_FN_Iallgatherv;
-    case NM_OPK_ALLTOALL: return NM_FN_Ialltoall;
-    case NM_OPK_REDUCE_SCATTER: return NM_FN_Ireduce_scatter;
-    case NM_OPK_REDUCE_SCATTER_BLOCK: return NM_FN_Ireduce_scatter_block;
-    case NM_OPK_GATHER: return NM_FN_Igather;
-    case NM_OPK_SCATTER: return NM_FN_Iscatter;
-    case NM_OPK_SCAN: return NM_FN_Iscan;
-    case NM_OPK_EXSCAN: return NM_FN_Iexscan;
-    default: return -1;
-    }
+    static const struct { int kind; bool nb; } rows[] = {
+#define NM_NB_0 false
+#define NM_NB_NB true
+#define NM_NB_PERS false
+#define NM_NB_CORE false
+#define NM_ROW_KIND(name, path, k, flags) {NM_OPK_##k, NM_NB_##flags},
+        NM_FN_TABLE(NM_ROW_KIND)
+#undef NM_ROW_KIND
+#undef NM_NB_0
+#undef NM_NB_NB
+#undef NM_NB_PERS
+#undef NM_NB_CORE
+    };
+    static_assert(sizeof(rows) / sizeof(rows[0]) == NM_FN_COUNT, "the table's rows are nm_fn_t's order");
+    for (size_t f = 0; f < sizeof(rows) / sizeof(rows[0]); f++)
+        if (rows[f].nb && rows[f].kind == kind) return (int)f;
+    return -1;
 }
 
 // A derived type *t becomes the request's own duplicate *dup (named types stay).
