@@ -34,7 +34,10 @@
 #           machine's Python has; tools/mpi4py_tests.sh fetches it). NM_MPI4PY_NP (default
 #           "1 2 3"), NM_MPI4PY_MODES ("virtual shared"), NM_MPI4PY_ARGS (more main.py arguments,
 #           e.g. "-i test_cco_buf"), NM_MPI4PY_LIMIT (seconds a run, default 400); a run without
-#           the library (NM_MPI4PY_PLAIN=1) tells which failures are the suite's own
+#           the library (NM_MPI4PY_PLAIN=1) tells which failures are the suite's own. The suite's
+#           CuPy arrays fill as NumPy's do (a copy, patched: CuPy 14 refuses -1 for an unsigned
+#           type, and a test that fills only at its root then calls different collectives on
+#           different ranks); NM_MPI4PY_CUPY_FIX=0 runs it as shipped
 #   quick   tests, then the benchmarks up to 64 MiB; full: unit|mpi|gpu labels, benchmarks to 1 GiB
 # NM_REUSE_BUILD=1: use the build an earlier call made on this machine (chained calls);
 # NM_CTEST_JOBS=N: run N tests at once (default 1: the failure-injection tests time their exits);
@@ -124,6 +127,26 @@ virtual)
 mpi4py)
   tdir=${NM_MPI4PY_TESTS:-$repo/.scratch/mpi4py/test} bdir=$PWD
   [ -f "$tdir/main.py" ] || { echo "== mpi4py: no suite in $tdir (tools/mpi4py_tests.sh)"; exit 1; }
+  if [ "${NM_MPI4PY_CUPY_FIX:-1}" = 1 ]; then
+    # mpi4py 4.1.2's CuPy arrays (arrayimpl.py) fill with a Python int as it is, which CuPy 14
+    # refuses for an unsigned type (-1: OverflowError) where NumPy's arrays first cast it
+    # (numpy.asarray(arg).astype(typecode)); a test that fills only at its root then makes the
+    # ranks call different collectives. The copy here casts as NumPy's arrays do.
+    cdir=$(mktemp -d /tmp/nm-mpi4py-tests.XXXXXX) && cp -r "$tdir/." "$cdir" && tdir=$cdir  # (one per run: runs may overlap)
+    python3 - "$tdir/arrayimpl.py" <<'PYEOF' || exit 1
+import sys
+p = sys.argv[1]
+s = open(p).read()
+i = s.index("self.array = cupy.zeros(shape, typecode)")
+head, tail = s[:i], s[i:]
+for a, b in (("self.array.fill(arg)", "self.array.fill(numpy.asarray(arg).astype(typecode))"),
+             ("cupy.asarray(arg, typecode)", "cupy.asarray(numpy.asarray(arg).astype(typecode))")):
+    assert a in tail, a
+    tail = tail.replace(a, b, 1)
+open(p, "w").write(head + tail)
+print("== mpi4py: CuPy arrays cast their fill values as NumPy's do (NM_MPI4PY_CUPY_FIX=0: as shipped)")
+PYEOF
+  fi
   py=$(command -v python3)
   for m in ${NM_MPI4PY_MODES:-virtual shared}; do
     mps=""

@@ -335,8 +335,7 @@ void fill_status(MPI_Status *st, const Entry &e)
 {
     if (!st || st == MPI_STATUS_IGNORE) return;
     st->MPI_SOURCE = e.src;
-    st->MPI_TAG = e.tag;
-    st->MPI_ERROR = MPI_SUCCESS;
+    st->MPI_TAG = e.tag;  // (MPI_ERROR as it was: a probe leaves it, MPI-4.1 3.2.5)
     PMPI_Status_set_elements_x(st, MPI_BYTE, e.count);
     PMPI_Status_set_cancelled(st, 0);
 }
@@ -837,6 +836,35 @@ nm_status_t env_copy_poll(int pool, int slot, uint64_t sweep)
 
 void env_copy_drop(int pool, int slot) { slot_unref(pool, slot); }
 
+// A nonblocking send whose payload's copy into the pool (copy event `slot` of the pool, holding
+// the reference mark_get gave) was issued at its call: its envelope goes now, and its request
+// is a task that completes once the envelope's send and the copy have (the buffer is the
+// caller's again then). The call does not wait for the copy, which follows the application's
+// work on the legacy stream: that work may wait for the host (MPI-3.1 3.7.2: MPI_Isend returns
+// at once, MPI_Test reports the send incomplete meanwhile).
+static int send_copying(nm_op_t *o, Held h, Device *d, int slot, int *rc)
+{
+    Task *t = Task::get(o);
+    t->set_deferred();  // (not complete before sent() gives it its request)
+    if ((*rc = t->publish(o->req)) != MPI_SUCCESS) {  // (no memory for a request: nothing is sent)
+        DeviceGuard dg(d->ctx);
+        cu.cuEventSynchronize(pools[h.pool].slot_ev[slot]);  // (the copy reads the caller's buffer)
+        slot_unref(h.pool, slot);
+        held_free(h);
+        return 1;
+    }
+    nm_op_t so = *o;
+    MPI_Request inner = MPI_REQUEST_NULL;
+    so.req = &inner;
+    h.slot = slot;
+    slot_ref(h.pool, slot, 1);  // the envelope's (until its release); mark_get's is the request's
+    const int src = send_held(&so, h, NM_ENV_IPC, (uint64_t)h.off, h.len, &pools[h.pool].handle);
+    if (src == MPI_SUCCESS) t->set_copy(h.pool, slot);
+    else slot_unref(h.pool, slot);
+    t->sent(inner, src == MPI_SUCCESS ? NM_OK : NM_ERR_MPI, "the real MPI did not take the envelope");
+    return 1;
+}
+
 int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
 {
     if (!device_mode || dev < 0 || dev >= 64 || !send_eligible(o, bytes)) return 0;
@@ -877,6 +905,7 @@ int env_send_device(nm_op_t *o, const void *src, size_t bytes, int dev, int *rc)
         if (later) env_flush_sends();
         return 0;
     }
+    if (!later && slot >= 0 && (o->flags & NM_OPF_NB)) return send_copying(o, h, d, slot, rc);
     if (!later) {  // the envelope goes while the copy runs; the call returns once the buffer is free
         if (slot >= 0) {
             h.slot = slot;
@@ -1308,7 +1337,11 @@ static int probe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, M
                     }
                 }
                 if (flag) *flag = 1;
+                // (a probe leaves the status's error field as it was, as the real MPI does:
+                // MPI-4.1 3.2.5, only calls that complete several requests set it)
+                const int err = st->MPI_ERROR;
                 *st = ps;
+                st->MPI_ERROR = err;
                 return MPI_SUCCESS;
             }
             drain(comm, ps.MPI_SOURCE, ps.MPI_TAG);
