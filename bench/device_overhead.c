@@ -6,7 +6,7 @@
  * bench/device_overhead.sh drives it; on a GPU machine the same kinds are timed against raw NCCL
  * by bench/engine_bench.
  *
- *   device_overhead N KIND [--time]
+ *   device_overhead N KIND [--time | --stages]
  *     KIND  allreduce   blocking MPI_Allreduce, 2 floats in place, MPI_COMM_WORLD
  *           bcast       blocking MPI_Bcast, 2 floats
  *           iallreduce  MPI_Iallreduce + MPI_Wait, 2 floats in place
@@ -18,6 +18,12 @@
  *
  * Output: kind=<k> n=<N> ok=<0|1> legacy_events=<e> | ns_per_call=<t>   (ok: the calls took the
  * NCCL route; e: events the N calls recorded on the legacy stream, with the stand-in driver)
+ *
+ * --stages: timed as --time, and with NCCLMPI_NVTX=2 and NVTX_INJECTION64_PATH naming
+ * bench/stage_profile's library, a line per NVTX range of the timed loop:
+ *   stage=<name> per_call=<ranges per call> self_ns=<per call>
+ * (self: less the ranges nested in it and the profiler's own cost; bench/stage_profile.sh).
+ * DV_COUNT=C: C floats per operation (default 2; the buffers are C floats each).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -29,6 +35,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "stage_profile.h"
+
 enum { K_ALLREDUCE, K_BCAST, K_IALLREDUCE, K_BURST, K_GROUP, K_ENQUEUE, K_PERSIST, K_COUNT };
 static const char *const kind_name[K_COUNT] = {"allreduce", "bcast", "iallreduce", "burst", "group", "enqueue", "persistent"};
 enum { BURST = 64 };
@@ -39,6 +47,7 @@ static int (*group_begin)(void), (*group_end)(void); /* ncclmpi's, looked up */
 static int (*enqueue)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
 static MPI_Comm scomm; /* of a stream (enqueue) */
 static MPI_Request preq = MPI_REQUEST_NULL; /* MPI_Allreduce_init's (persistent) */
+static int count = 2;                       /* floats per operation (DV_COUNT) */
 
 __attribute__((noinline)) void dv_loop(int kind, long n)
 {
@@ -46,15 +55,15 @@ __attribute__((noinline)) void dv_loop(int kind, long n)
     switch (kind) {
     case K_ALLREDUCE:
         for (long i = 0; i < n; i++)
-            if (MPI_Allreduce(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) errors++;
+            if (MPI_Allreduce(MPI_IN_PLACE, dbuf[0], count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) errors++;
         break;
     case K_BCAST:
         for (long i = 0; i < n; i++)
-            if (MPI_Bcast(dbuf[0], 2, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) errors++;
+            if (MPI_Bcast(dbuf[0], count, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) errors++;
         break;
     case K_IALLREDUCE:
         for (long i = 0; i < n; i++)
-            if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[0]) != MPI_SUCCESS ||
+            if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[0], count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[0]) != MPI_SUCCESS ||
                 MPI_Wait(&req[0], MPI_STATUS_IGNORE) != MPI_SUCCESS)
                 errors++;
         break;
@@ -63,14 +72,14 @@ __attribute__((noinline)) void dv_loop(int kind, long n)
         for (long i = 0; i < n; i += BURST) {
             if (kind == K_GROUP && group_begin() != MPI_SUCCESS) errors++;
             for (int k = 0; k < BURST; k++)
-                if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[k], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]) != MPI_SUCCESS) errors++;
+                if (MPI_Iallreduce(MPI_IN_PLACE, dbuf[k], count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]) != MPI_SUCCESS) errors++;
             if (kind == K_GROUP && group_end() != MPI_SUCCESS) errors++;
             if (MPI_Waitall(BURST, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS) errors++;
         }
         break;
     case K_ENQUEUE:
         for (long i = 0; i < n; i++)
-            if (enqueue(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, scomm) != MPI_SUCCESS) errors++;
+            if (enqueue(MPI_IN_PLACE, dbuf[0], count, MPI_FLOAT, MPI_SUM, scomm) != MPI_SUCCESS) errors++;
         break;
     case K_PERSIST:
         for (long i = 0; i < n; i++)
@@ -96,7 +105,10 @@ int main(int argc, char **argv)
     int kind = -1;
     for (int k = 0; k < K_COUNT; k++)
         if (!strcmp(argv[2], kind_name[k])) kind = k;
-    int timed = argc > 3 && !strcmp(argv[3], "--time");
+    int stages = argc > 3 && !strcmp(argv[3], "--stages");
+    int timed = stages || (argc > 3 && !strcmp(argv[3], "--time"));
+    if (getenv("DV_COUNT")) count = atoi(getenv("DV_COUNT"));
+    if (count < 1) count = 1;
     if (kind < 0 || n < 0) {
         fprintf(stderr, "%s: unknown kind %s\n", argv[0], argv[2]);
         return 2;
@@ -118,7 +130,7 @@ int main(int argc, char **argv)
     }
     for (int k = 0; k < BURST; k++) {
         CUdeviceptr p;
-        if (alloc(&p, 64)) return 2;
+        if (alloc(&p, count * sizeof(float) < 64 ? 64 : count * sizeof(float))) return 2;
         dbuf[k] = (float *)p;
     }
     MPI_Init(&argc, &argv);
@@ -151,7 +163,7 @@ int main(int argc, char **argv)
     if (kind == K_PERSIST) {  /* (looked up: an MPI without MPI-4 has no MPI_Allreduce_init) */
         typedef int (*init_fn)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
         init_fn ari = (init_fn)dlsym(RTLD_DEFAULT, "MPI_Allreduce_init");
-        if (!ari || ari(MPI_IN_PLACE, dbuf[0], 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &preq) != MPI_SUCCESS) {
+        if (!ari || ari(MPI_IN_PLACE, dbuf[0], count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &preq) != MPI_SUCCESS) {
             fprintf(stderr, "%s: no MPI_Allreduce_init in this MPI (MPI-4)\n", argv[0]);
             MPI_Finalize();
             return 77;
@@ -176,12 +188,40 @@ int main(int argc, char **argv)
     ok = ok && get(fn, &s1) == 0 && s1.route[NCCLMPI_ROUTE_NCCL] - s0.route[NCCLMPI_ROUTE_NCCL] == (unsigned long long)n &&
          s1.route[NCCLMPI_ROUTE_STAGED] == s0.route[NCCLMPI_ROUTE_STAGED];
     double ns = 0;
+    /* --stages: the profiler's sums before and after the timed loop */
+    stage_profile_snapshot_fn snap = NULL;
+    struct stage_profile_row sp0[STAGE_PROFILE_MAX_ROWS], sp1[STAGE_PROFILE_MAX_ROWS];
+    int n0 = 0, n1 = 0;
+    double probe[2] = {0, 0};
+    if (stages) {
+        const char *path = getenv("NVTX_INJECTION64_PATH");
+        void *ph = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+        snap = ph ? (stage_profile_snapshot_fn)dlsym(ph, "stage_profile_snapshot") : NULL;
+        if (!snap) {
+            fprintf(stderr, "%s: --stages: no stage_profile library loaded (NCCLMPI_NVTX=2 and NVTX_INJECTION64_PATH)\n", argv[0]);
+            MPI_Finalize();
+            return 2;
+        }
+        n0 = snap(sp0, STAGE_PROFILE_MAX_ROWS, probe);
+    }
     if (timed) {
         double t0 = now_ns();
         dv_loop(kind, n);
         ns = (now_ns() - t0) / (n ? n : 1);
     }
+    if (stages) n1 = snap(sp1, STAGE_PROFILE_MAX_ROWS, probe);
     if (timed) printf("kind=%s n=%ld ok=%d ns_per_call=%.1f\n", kind_name[kind], n, ok && !errors, ns);
+    for (int i = 0; i < n1; i++) { /* rows only grow, in order */
+        long long c = sp1[i].count, se = sp1[i].self_ns, ch = sp1[i].children;
+        if (i < n0) {
+            c -= sp0[i].count;
+            se -= sp0[i].self_ns;
+            ch -= sp0[i].children;
+        }
+        if (c <= 0 || n <= 0) continue;
+        printf("stage=%s per_call=%.3f self_ns=%.1f\n", sp1[i].name, (double)c / n, (se - c * probe[1] - ch * (probe[0] - probe[1])) / n);
+    }
+    if (stages) printf("probe_ns=%.1f inner_ns=%.1f\n", probe[0], probe[1]);
     else printf("kind=%s n=%ld ok=%d legacy_events=%ld\n", kind_name[kind], n, ok && !errors, legacy_events);
     MPI_Finalize();
     return errors ? 1 : 0;

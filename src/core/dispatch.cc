@@ -408,8 +408,10 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
                  c.device, cs->pg->device());
         return raise_error(o, NM_ERR_BUFFER, why);
     }
+    NvtxStage sg_queue(stage::kQueue);
     Op *op = make_op(o, x, cs, b, nb, act);
     op->oneshot = oneshot;
+    sg_queue.end();
     std::string err;
     // a nonblocking call's carrier is made now, in the order of the caller's MPI calls (a
     // blocking call's is made by the engine right after the launch)
@@ -422,10 +424,16 @@ int run_nccl(nm_op_t *o, const OpCtx &x, CommState *cs, const BufRef *b, int nb,
         nm_status_t st = e && e->direct ? engine_run_enqueued(op, e->stream, &err) : engine_run_blocking(op, &err);
         return st == NM_OK ? MPI_SUCCESS : raise_error(o, st, err + " [" + cs->describe() + "]");
     }
+    NvtxStage sg_request(stage::kRequest);
     Task *t = Task::get(o);
     t->set_op(op);
     op->task = t;
-    engine_submit(op, &err);
+    sg_request.end();
+    {
+        NvtxStage sg_submit(stage::kQueue);
+        engine_submit(op, &err);
+    }
+    NvtxStage sg_publish(stage::kRequest);
     return t->publish(o->req);
 }
 
@@ -528,6 +536,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         NM_COUNT_ROUTE(o->fn, NCCLMPI_ROUTE_HOST);
         return envelope_host(o, x, rc, scratch);
     }
+    NvtxStage sg_classify(stage::kClassify);
     CommState *cs = nullptr;
     if (o->comm != MPI_COMM_NULL) cs = comm_state(o->comm);
     else if (o->kind != NM_OPK_MRECV) { nm_flush(); return ENTER_PMPI; }
@@ -549,6 +558,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         if (!route_vote(o, cs, &in, rc)) return ENTER_DONE;
     }
     nm_decision_t d = nm_route(&in);
+    sg_classify.end();
     // the application reset a device ncclmpi worked on (cuda_api.h): refused before anything
     // made there is named (all ranks of an SPMD program that reset refuse the same call)
     if ((d.route != NCCLMPI_ROUTE_HOST || c.device >= 0) && NM_UNLIKELY(!cuda_ctx_current(c.device))) {
@@ -633,8 +643,9 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     }
     char range[64];
     range[0] = 0;
-    if (nm_cfg.NVTX) snprintf(range, sizeof(range), "MPI_%s %s", nm_fn_names[o->fn], nm_route_str(d.route));
+    if (nm_cfg.NVTX == 1) snprintf(range, sizeof(range), "MPI_%s %s", nm_fn_names[o->fn], nm_route_str(d.route));
     NvtxRange nvtx(range);
+    NvtxStage sg_routed(stage::kRouted);
     switch (d.route) {
     case NCCLMPI_ROUTE_NCCL:
     case NCCLMPI_ROUTE_ONESHOT:

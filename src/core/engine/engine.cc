@@ -268,14 +268,16 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         return NM_ERR_NCCL;
     }
     DeviceGuard g(pg->ctx());
+    NvtxStage sg_order(stage::kOrder);
     nm_status_t st = launch_order(pg, ops, n, s, err);
+    sg_order.end();
     if (st == NM_OK && fault_now()) {
         *err = "NCCLMPI_FAULT: injected NCCL failure";
         st = NM_ERR_NCCL;
     }
     char range[96];
     range[0] = 0;
-    if (nm_cfg.NVTX) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
+    if (nm_cfg.NVTX == 1) snprintf(range, sizeof(range), "ncclmpi: NCCL group of %d on comm%d", n, cs->id);
     NvtxRange nvtx(range);
     // In a group of several, ops NCCL can run go to NCCL (route.h, nm_oneshot_keeps). The one-shot
     // kernels left launch at their op inside the group (on every rank in the same order, before
@@ -289,6 +291,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     unsigned mm = 0;
     if (n > 1 && nm_minmax_hazard(nccl.version, pg->size()))
         for (int i = 0; i < n; i++) mm |= minmax_of(ops[i]);
+    NvtxStage sg_issue(stage::kLaunch);
     if (st == NM_OK && mm != 3u) {
         st = nccl_group(ops, 0, n, n, *pg, s, err);
     } else if (st == NM_OK) {
@@ -303,6 +306,8 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         if (st == NM_OK) st = nccl_group(sorted.data(), first, n, n, *pg, s, err);
     }
     for (int i = 0; i < n && st == NM_OK; i++) st = op_post_stream(*ops[i], s);
+    sg_issue.end();
+    NvtxStage sg_mark(stage::kMark);
     Completion *d = nullptr;
     if (st == NM_OK) {
         d = completion_get(pg, n);
@@ -320,6 +325,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
             completion_put(d);
         }
     }
+    sg_mark.end();
     if (st != NM_OK) {
         if (err->empty()) *err = std::string("launch failed: ") + nm_status_str(st);
         launch_failed(cs, pg, ops, n, s, *err);
@@ -645,12 +651,14 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
     }
     nm_status_t st;
     const bool queued = __atomic_load_n(&nm_hot.queued, __ATOMIC_RELAXED) != 0;
+    NvtxStage sg_flush(stage::kFlush);
     if (queued) engine_flush_all_except(cs);  // the others' queues are proposed before this one's round
     {
         QueueLock g(cs);
         // what this communicator queued goes first, in groups agreed with the other ranks (every
         // rank is in this blocking collective, after the same nonblocking ones)
         st = flush_waitable_locked(cs, UINT64_MAX, err);
+        sg_flush.end();
         if (st == NM_OK) {
             op->seq = ++cs->seq;
             st = launch(cs, &op, 1, pick_stream(cs->pg.get(), true), err);
@@ -665,6 +673,7 @@ nm_status_t engine_run_blocking(Op *op, std::string *err)
         st = NM_ERR_MPI;
     }
     bool warned = false;
+    NvtxStage sg_wait(stage::kWait);
     for (unsigned spin = 0;; spin++) {
         nm_status_t pst;
         if (op_poll(op, &pst, err, 0)) {
@@ -845,6 +854,7 @@ nm_status_t engine_submit(Op *op, std::string *err)
     // follows what the legacy stream holds now.
     const bool grouped = group_depth > 0 && !(op->act & NM_ACT_CARRIER);
     if (nm_cfg.STREAM_ORDER && pg && !grouped) {
+        NvtxStage sg_order(stage::kOrder);
         DeviceGuard g(pg->ctx());
         op->order_ev = pg->event_get();
         if (op->order_ev) cu.cuEventRecord(op->order_ev, CU_STREAM_LEGACY);

@@ -11,6 +11,7 @@
 
 #include "core/comm/comm_state.h"
 #include "core/engine/engine.h"
+#include "core/nvtx.h"
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/staged/persistent.h"
 #include "core/tl/staged/staging.h"
@@ -701,7 +702,10 @@ class PersScope {
 extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
 {
     if (int e = open_group_error(1, req, "Wait")) return e;
+    NvtxStage sg_flush(stage::kFlush);
     flush_for_wait(1, req, true);
+    sg_flush.end();
+    NvtxStage sg_wait(stage::kWait);
     Reporting r(1, req);
     PersScope ps(r, 1, req, false);
     MPI_Status *st = ps.statuses(status, 1);
@@ -712,7 +716,10 @@ extern "C" int nm_wait_wait(MPI_Request *req, MPI_Status *status)
 extern "C" int nm_wait_waitall(int n, MPI_Request reqs[], MPI_Status *sts)
 {
     if (int e = open_group_error(n, reqs, "Waitall")) return e;
+    NvtxStage sg_flush(stage::kFlush);
     flush_for_wait(n, reqs, true);
+    sg_flush.end();
+    NvtxStage sg_wait(stage::kWait);
     Reporting r(n, reqs);
     PersScope ps(r, n, reqs, true);
     MPI_Status *st = ps.statuses(sts, n);
