@@ -27,6 +27,7 @@ struct Round {
     int proposal = 0, result = 0;
     MPI_Request req = MPI_REQUEST_NULL;
     double t0 = 0;
+    bool abandoned = false;  // a peer failed the communicator: it may never join (not waited for)
 };
 
 struct CommState {

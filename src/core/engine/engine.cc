@@ -403,12 +403,20 @@ static void rounds_reap(std::vector<Round *> &v)
 
 // MPI_Finalize: every round of v waited for (each rank started the same ones and is here), with
 // NCCLMPI_TIMEOUT from now; v emptied. false when one did not complete (left in flight, logged).
-static bool rounds_complete(std::vector<Round *> &v, const char *whose)
+// failed: the communicator failed, on a peer's notice or its own failure, so a peer may never
+// have started the rounds: none is waited for (each is left in flight to the real MPI_Finalize),
+// nor is one abandoned for that reason.
+static bool rounds_complete(std::vector<Round *> &v, const char *whose, bool failed = false)
 {
     const Deadline d;
     bool all = true;
     for (Round *r : v) {
         int flag = 0;
+        if (failed || r->abandoned) {
+            PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+            if (flag) delete r;  // (else left in flight: its request cannot be freed)
+            continue;
+        }
         for (unsigned spin = 0; !flag; spin++) {
             PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
             if (flag || (spin & 255) != 255) continue;
@@ -469,18 +477,30 @@ class QueueLock {
     MtLock<std::mutex> g_;  // below MPI_THREAD_MULTIPLE no other thread is in ncclmpi
 };
 
-// Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it. what: the round's purpose,
-// for the messages.
+// Wait for a round, keeping MPI moving; NCCLMPI_TIMEOUT bounds it, and a peer's notice that it
+// failed the communicator (process_group.h, fail_tell) ends it about a millisecond after it
+// arrives: that peer fails its later operations without proposing, so the round may never
+// complete (the round is abandoned). what: the round's purpose, for the messages.
 static nm_status_t round_wait(CommState *cs, Round *r, std::string *err,
                               const char *what = "the agreement on the next group of nonblocking operations")
 {
     bool warned = false;
+    double heard_at = r->t0;
     for (unsigned spin = 0;; spin++) {
         int flag = 0;
         PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
         if (flag) return NM_OK;
         if ((spin & 255) == 255) {
             const double now = nm_now_s(), waited = now - r->t0;
+            if (cs->pg && now - heard_at >= 1e-3) {
+                heard_at = now;
+                if (cs->pg->check_async() != NM_OK) {
+                    *err = cs->describe() + ": " + what + ": " + cs->pg->fail_reason();
+                    cs->cap.store(NM_CAP_FAILED);
+                    r->abandoned = true;
+                    return NM_ERR_NCCL;
+                }
+            }
             if (Deadline(r->t0).passed(now)) {
                 *err = Deadline::expired(cs->describe() + ": " + what);
                 if (cs->pg) cs->pg->fail(*err);
@@ -1049,7 +1069,7 @@ void engine_rounds_drain(CommState *cs)
 {
     QueueLock g(cs);
     if (!cs->queue.empty()) flush_singletons(cs);
-    rounds_complete(cs->rounds, cs->describe().c_str());
+    rounds_complete(cs->rounds, cs->describe().c_str(), cs->pg && cs->pg->failed());
 }
 
 void engine_comm_freed(CommState *cs)
@@ -1063,6 +1083,8 @@ void engine_comm_freed(CommState *cs)
             PMPI_Comm_free(&cs->hidden);
         } else {  // freed by engine_progress once its rounds completed (nothing waits here)
             NM_DEBUG(COLL, "%s freed with %zu agreement rounds in flight", cs->describe().c_str(), cs->rounds.size());
+            if (cs->pg && cs->pg->failed())  // a peer may never start them (rounds_complete)
+                for (Round *r : cs->rounds) r->abandoned = true;
             to_background(cs->hidden, std::move(cs->rounds));
             cs->rounds.clear();
             cs->hidden = MPI_COMM_NULL;
