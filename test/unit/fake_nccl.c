@@ -137,6 +137,9 @@ static void progress(unsigned spin)
 /* 0 when every rank arrived, -1 when the communicator was aborted meanwhile */
 static int shm_meet(struct shm_comm *c)
 {
+    /* an aborted communicator's calls still queued on its streams meet nobody: counted, they
+     * would complete a meeting its peers' next calls hold (NCCL's aborted kernels touch no peer) */
+    if (atomic_load(&c->aborted)) return -1;
     const unsigned long target = ++c->meetings * (unsigned long)c->base.nranks;
     atomic_fetch_add(&c->h->arrived, 1);
     for (unsigned spin = 0; atomic_load(&c->h->arrived) < target; spin++) {
