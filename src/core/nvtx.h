@@ -10,21 +10,30 @@
 
 namespace ncclmpi {
 
-class NvtxRange {
+// One NVTX range from its construction to end() or the end of its scope, pushed only when `on`.
+class NvtxScope {
   public:
-    explicit NvtxRange(const char *name) : on_(nm_cfg.NVTX == 1)
+    NvtxScope(const char *name, bool on) : on_(on)
     {
         if (on_) nvtxRangePushA(name);
     }
-    ~NvtxRange()
+    void end()
     {
         if (on_) nvtxRangePop();
+        on_ = false;
     }
-    NvtxRange(const NvtxRange &) = delete;
-    NvtxRange &operator=(const NvtxRange &) = delete;
+    ~NvtxScope() { end(); }
+    NvtxScope(const NvtxScope &) = delete;
+    NvtxScope &operator=(const NvtxScope &) = delete;
 
   private:
     bool on_;
+};
+
+// A routed call or an NCCL launch (NCCLMPI_NVTX=1).
+class NvtxRange : public NvtxScope {
+  public:
+    explicit NvtxRange(const char *name) : NvtxScope(name, nm_cfg.NVTX == 1) {}
 };
 
 // The stages of a device call's host work (NCCLMPI_NVTX=2), named by these constants only (a
@@ -41,23 +50,10 @@ constexpr const char kFlush[] = "nm:flush";        // a wait's flush of what is 
 constexpr const char kWait[] = "nm:wait";          // a wait's loop until its requests complete
 }  // namespace stage
 
-class NvtxStage {
+// A stage of a device call's host work (NCCLMPI_NVTX=2).
+class NvtxStage : public NvtxScope {
   public:
-    explicit NvtxStage(const char *name) : on_(__builtin_expect(nm_cfg.NVTX >= 2, 0))
-    {
-        if (on_) nvtxRangePushA(name);
-    }
-    void end()
-    {
-        if (on_) nvtxRangePop();
-        on_ = false;
-    }
-    ~NvtxStage() { end(); }
-    NvtxStage(const NvtxStage &) = delete;
-    NvtxStage &operator=(const NvtxStage &) = delete;
-
-  private:
-    bool on_;
+    explicit NvtxStage(const char *name) : NvtxScope(name, __builtin_expect(nm_cfg.NVTX >= 2, 0)) {}
 };
 
 }  // namespace ncclmpi
