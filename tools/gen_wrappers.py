@@ -26,7 +26,7 @@ import sys
 ROW = re.compile(r"NM_FN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*([\w|]+)\s*,(.*)\)\s*$", re.S)
 ARG = re.compile(r"ARG\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(\w+)\s*\)")
 PATHS = {"DATA", "PASS", "SYNC", "PROGRESS", "WAIT", "INIT", "FINALIZE", "COMMNEW", "REJECT", "STAGE", "PERSIST", "PROBE",
-         "RMA", "WIN", "LARGE"}
+         "RMA", "WIN", "LARGE", "PART"}
 ROLES = set("""SBUF RBUF BUF CBUF SCOUNT RCOUNT COUNT SCOUNTS RCOUNTS SDISPLS RDISPLS SADISPLS RADISPLS STYPE RTYPE DTYPE
 STYPES RTYPES OP ROOT PEER SPEER RPEER TAG STAG RTAG COMM REQ REQIO REQS NREQ STATUS STATUSES FLAG
 INDEX INDICES OUTCOUNT MSG MSGOUT NEWCOMM INFO GROUP ARGC ARGV REQUIRED PROVIDED WIN WINOUT FILE
@@ -60,7 +60,7 @@ def read_rows(path):
                 if a["role"] not in ROLES:
                     sys.exit("gen_wrappers: %s: unknown role %s" % (name, a["role"]))
             roles = [a["role"] for a in args]
-            if path in ("REJECT", "STAGE", "RMA") and not any(r in BUF_ROLES for r in roles):
+            if path in ("REJECT", "STAGE", "RMA", "PART") and not any(r in BUF_ROLES for r in roles):
                 sys.exit("gen_wrappers: %s: a %s row needs a buffer" % (name, path))
             if path == "STAGE" and sum(r in BUF_ROLES for r in roles) > 2:
                 sys.exit("gen_wrappers: %s: a STAGE row has at most two buffers" % name)
@@ -198,8 +198,8 @@ def win_cond(r, fortran=False):
 def reject_raise(r, fortran):
     """The call that raises MPI_ERR_BUFFER on the call's object (file, window, communicator;
     MPI_COMM_WORLD when it has none) and returns the error code. A persistent (PERS) REJECT row
-    (MPI-4 persistent neighbourhood collectives, partitioned communication) raises
-    MPI_ERR_UNSUPPORTED_OPERATION on its communicator instead: a device route is to come."""
+    (MPI-4 persistent neighbourhood collectives) raises MPI_ERR_UNSUPPORTED_OPERATION on its
+    communicator instead: a device route is to come."""
     roles = first_roles(r)
     fn = "NM_FN_%s" % r["name"]
     if r["flags"] == "PERS":
@@ -429,6 +429,15 @@ def c_wrapper(r, recv_kinds):
         # pointer here, so such a call fails with MPI_ERR_BUFFER. The host fast path is the
         # DATA path's: count, two loads, tail jump; the check lives in its own function.
         out = device_check_wrapper(n, f, act, fn, refusal_body(r, reject_raise(r, False)))
+    elif p == "PART":
+        # MPI-4 partitioned communication: a device buffer makes the call through the core, on a
+        # pinned host shadow whose partitions MPI_Pready* and MPI_Parrived copy
+        # (core/tl/staged/partitioned.cc); host buffers as the REJECT path's: count, two loads,
+        # tail jump.
+        bufs = reject_bufs(r, False)
+        body = ["const nm_rbuf_t b[%d] = {%s};" % (len(bufs), ", ".join(bufs)),
+                "if (NM_UNLIKELY(nm_reject_device(b, %d))) return nm_part_%s(%s);" % (len(bufs), n.lower(), act)]
+        out = device_check_wrapper(n, f, act, fn, body)
     elif p == "STAGE":
         # Device buffers go to the real MPI as host shadows (stage_body); host buffers as the
         # REJECT path's: count, two loads, tail jump.
@@ -576,6 +585,8 @@ def f_convert(r):
             acts.append("*" + n)
         elif t == "const int *":
             acts.append("(const int *)" + n)
+        elif t == "NM_PREADY_LIST_CONST int *":  # MPI_Pready_list's partitions (0-based in Fortran too)
+            acts.append("(int *)" + n)
         elif t == "const MPI_Aint *":  # INTEGER(KIND=MPI_ADDRESS_KIND) arrays: the same bits
             acts.append(n)
         elif role in ("STYPES", "RTYPES") and r["kind"].startswith("NEIGHBOR"):  # one per neighbour
@@ -670,7 +681,7 @@ def f_wrapper(r):
     elif p == "WIN":
         out += f_through_c(r, win_cond(r, True))
         out += ["    if (NM_UNLIKELY(nm_hot.queued)) nm_flush_fn(%s);" % fn, "    " + forward]
-    elif p == "RMA":  # off the host fast path: the C wrapper decides
+    elif p in ("RMA", "PART"):  # off the host fast path: the C wrapper decides
         out += f_through_c(r, "!nm_host_fast()")
         out += ["    " + forward]
     elif p == "REJECT":
@@ -774,11 +785,13 @@ COVERAGE_DOC = """\
 #                       nonblocking form there, and neighbourhood collectives run as such
 #                       messages (where envelopes reach device memory)
 #   staged              device buffers are copied to host and back around the real MPI call
-#   staged              (buffered sends, and persistent ones, copied at each MPI_Start)
+#   staged              (buffered sends, and persistent ones, copied at each MPI_Start;
+#                       partitioned communication, a partition copied at MPI_Pready* and at the
+#                       MPI_Parrived that finds it, the rest at the completion)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
 #   unsupported-on-device  device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION; never passed
-#                       to the MPI (persistent collectives with per-rank counts, the v/w forms;
-#                       partitioned communication: MPI-4)
+#                       to the MPI (MPI-4 persistent collectives with per-rank counts, the v/w
+#                       forms; persistent neighbourhood collectives)
 #   device-window       one-sided data calls: a target window in device memory is read and
 #                       written through CUDA IPC (ranks on one node); device origin buffers with
 #                       a host-memory target window are copied through host memory
@@ -814,8 +827,8 @@ def category(r, nccl, coll=(), ambig=()):
         return category(r["base"], nccl, coll, ambig)
     p = r["path"]
     # persistent collectives whose ranks may differ in having data (the route's
-    # NM_WHY_PERSISTENT_COLL: the v/w forms), persistent neighbourhood collectives and partitioned
-    # communication (PERS REJECT rows); the other persistent collectives' starts run their
+    # NM_WHY_PERSISTENT_COLL: the v/w forms) and persistent neighbourhood collectives (PERS
+    # REJECT rows); the other persistent collectives' starts run their
     # nonblocking form (NM_WHY_PERSISTENT_START): that form's category
     if r["flags"] == "PERS" and (p == "REJECT" or (p == "DATA" and r["kind"] in coll and r["kind"] in ambig)):
         return "unsupported-on-device"
@@ -823,7 +836,7 @@ def category(r, nccl, coll=(), ambig=()):
         return "rejected-on-device"
     if p == "RMA":
         return "device-window"
-    if p == "STAGE":
+    if p in ("STAGE", "PART"):
         return "staged"
     if p == "DATA":
         if r["kind"] in nccl:
@@ -869,6 +882,12 @@ def gen_impl_h(rows):
     out += ["", "/* the core's window calls (src/core/tl/rma/window.cc): the whole call where the WIN row's"
             " condition holds */"]
     out += ["int nm_win_%s(%s);" % (r["name"], formals(r)) for r in rows if r["path"] == "WIN"]
+    out += ["", "/* the core's hooks of the PERSIST rows (src/core/tl/staged/persistent.cc): 1 when the hook made"
+            " the call (*rc its result), 0 when the wrapper calls the real MPI */"]
+    out += ["int nm_pers_%s(%s, int *rc);" % (r["name"].lower(), formals(r)) for r in rows if r["path"] == "PERSIST"]
+    out += ["", "/* the core's partitioned calls on device buffers (PART rows: src/core/tl/staged/partitioned.cc) */"]
+    out += ["int nm_part_%s(%s);" % (r["name"].lower(), formals(r)) for r in rows if r["path"] == "PART"]
+    out += ["#define NM_HAVE_PARTITIONED 1" if any(r["path"] == "PART" for r in rows) else "#define NM_HAVE_PARTITIONED 0"]
     out += ["", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(out)
 

@@ -193,13 +193,7 @@ int nm_probe_mprobe(int source, int tag, MPI_Comm comm, MPI_Message *message, MP
 int nm_probe_improbe(int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, MPI_Status *status, int *rc);
 /* The in- and out-degree of comm's topology (neighbourhood collectives); 0 without one. */
 int nm_neighbor_degrees(MPI_Comm comm, int *nin, int *nout);
-/* PERSIST rows (src/core/tl/staged/persistent.cc): 1 when the hook made the call (*rc its
- * result), 0 when the wrapper calls the real MPI */
-int nm_pers_start(MPI_Request *request, int *rc);
-int nm_pers_startall(int count, MPI_Request reqs[], int *rc);
-int nm_pers_request_free(MPI_Request *request, int *rc);
-int nm_pers_cancel(MPI_Request *request, int *rc);
-int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_Status *status, int *rc);
+/* PERSIST rows' hooks (nm_pers_<name>) and PART rows' calls (nm_part_<name>): nm_impl.h */
 /* ncclmpi_group_begin / ncclmpi_group_end (include/ncclmpi.h) */
 int nm_group_begin(void);
 int nm_group_end(void);

@@ -105,6 +105,7 @@ struct Pers {
     bool copied;    // this activation's copy back is done (MPI_Request_get_status did it)
     Emul *em;       // an emulated persistent receive (envelopes), or null
     Decode *decode; // a host receive that may get an envelope (not persistent: one completion), or null
+    PersExt *ext = nullptr;  // what its starts and completions do beyond a plain staged request's (owned)
 };
 
 std::mutex mu;  // (taken only under MPI_THREAD_MULTIPLE: MtLock)
@@ -119,7 +120,9 @@ int copy_back(const Pers &p, MPI_Status *st)
 {
     int cancelled = 0;
     if (st && st != MPI_STATUS_IGNORE) PMPI_Test_cancelled(st, &cancelled);
-    if (cancelled || !p.stage || !stage_has_out(p.stage)) return MPI_SUCCESS;
+    if (cancelled || !p.stage) return MPI_SUCCESS;
+    if (p.ext) return p.ext->complete(p.stage, p.comm);
+    if (!stage_has_out(p.stage)) return MPI_SUCCESS;
     if (stage_finish(p.stage, st) == NM_OK) return MPI_SUCCESS;
     const char *msg = "ncclmpi: a persistent receive on device memory: the copy back to the device failed";
     NM_ERROR(STAGE, "%s", msg + 9);
@@ -212,6 +215,7 @@ void release(Pers &p)
         delete p.em;
     }
     if (p.stage) stage_release(p.stage);
+    delete p.ext;
     decode_free(p.decode);
     __atomic_sub_fetch(&nm_hot.pending, 1, __ATOMIC_RELAXED);
 }
@@ -240,9 +244,20 @@ void insert(MPI_Request req, const Pers &p)
 
 }  // namespace
 
-void pers_register(MPI_Request req, Stage *s, MPI_Comm comm)
+void pers_register(MPI_Request req, Stage *s, MPI_Comm comm, PersExt *ext)
 {
-    insert(req, Pers{s, comm, false, false, nullptr, nullptr});
+    insert(req, Pers{s, comm, false, false, nullptr, nullptr, ext});
+}
+
+PersExt *pers_ext(MPI_Request req, Stage **s, bool *active)
+{
+    if (registered.load(std::memory_order_acquire) == 0) return nullptr;
+    MtLock<std::mutex> g(mu);
+    Pers *it = table.find(req);
+    if (!it || !it->ext) return nullptr;
+    *s = it->stage;
+    *active = it->active;
+    return it->ext;
 }
 
 void pers_watch_decode(MPI_Request req, Decode *d, MPI_Comm comm)
@@ -264,10 +279,12 @@ int pers_start(int n, const MPI_Request *reqs, bool *restarts)
     *restarts = false;
     for (int i = 0; i < n; i++) {
         Stage *s = nullptr;
+        PersExt *ext = nullptr;
         {
             MtLock<std::mutex> g(mu);
             Pers *it = table.find(reqs[i]);
             if (!it) continue;
+            ext = it->ext;
             if (it->em && it->em->restart) {  // after the real MPI started it: pers_restart_post
                 *restarts = true;
                 continue;
@@ -284,6 +301,7 @@ int pers_start(int n, const MPI_Request *reqs, bool *restarts)
                 if (!s) continue;  // host memory: nothing to copy in
             }
         }
+        if (ext && !ext->start(s)) continue;
         if (stage_copy_in(s) != NM_OK) {
             const char *msg = "ncclmpi: MPI_Start: the copy of a persistent send's device buffer to the host failed";
             NM_ERROR(STAGE, "%s", msg + 9);

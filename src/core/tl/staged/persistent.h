@@ -38,9 +38,25 @@ namespace ncclmpi {
 struct Stage;
 struct Decode;
 
-// The real MPI made persistent request `req` on the shadows of `s` (which it now owns), on
-// communicator comm (whose error handler reports a failed copy).
-void pers_register(MPI_Request req, Stage *s, MPI_Comm comm);
+// What a kind of staged persistent request does beyond the plain one's copies (partitioned.cc:
+// the partitions of MPI_Psend_init / MPI_Precv_init), called with no lock held.
+struct PersExt {
+    virtual ~PersExt() = default;
+    // MPI_Start, before the real MPI starts it: false when the start copies nothing in (the
+    // extension copies at its own calls)
+    virtual bool start(Stage *s) = 0;
+    // Its completion (a Wait, a Test, MPI_Request_get_status, or in the background once freed
+    // while active): the copy back instead of the whole buffer's. An MPI code (reported through
+    // comm's handler).
+    virtual int complete(Stage *s, MPI_Comm comm) = 0;
+};
+
+// The real MPI made persistent request `req` on the shadows of `s` (which it now owns, and ext
+// when given), on communicator comm (whose error handler reports a failed copy).
+void pers_register(MPI_Request req, Stage *s, MPI_Comm comm, PersExt *ext = nullptr);
+// The extension of request req and its stage (null when req has none); *active: started, not
+// completed yet. Valid while the application holds req.
+PersExt *pers_ext(MPI_Request req, Stage **s, bool *active);
 // Whether one of reqs[0..n) is a staged persistent request.
 bool pers_owns(int n, const MPI_Request *reqs);
 // Before the real MPI starts them: the copies in of the staged ones among reqs[0..n); *restarts:

@@ -301,6 +301,23 @@ nm_status_t stage_copy_in(Stage *s, bool later)
     return st;
 }
 
+nm_status_t stage_copy_range(Stage *s, size_t off, size_t len, bool to_device)
+{
+    if (!s->dev || s->n < 1 || off >= s->r[0].len) return NM_OK;
+    len = std::min(len, s->r[0].len - off);
+    if (!len) return NM_OK;
+    DeviceGuard g(s->dev->ctx);
+    Lane *l = lane_get(s->dev);
+    if (!l) return NM_ERR_CUDA;
+    nm_status_t st = to_device ? NM_OK : order_after_app(l, l->stream);
+    const Region &r = s->r[0];
+    const CUdeviceptr dev = (CUdeviceptr)(r.dev + off), host = (CUdeviceptr)(r.host + off);
+    if (st == NM_OK)
+        NM_CU_CHECK(cu.cuMemcpyAsync(to_device ? dev : host, to_device ? host : dev, len, l->stream), st = NM_ERR_CUDA);
+    if (st == NM_OK) NM_CU_CHECK(cu.cuStreamSynchronize(l->stream), st = NM_ERR_CUDA);
+    return st;
+}
+
 bool stage_copy_target(const Stage *s, const void **src, void **dst, size_t *n, Device **dev)
 {
     if (!s->dev || s->n != 1 || s->r[0].dir != BUF_IN || !s->r[0].mapped) return false;

@@ -60,6 +60,11 @@ nm_status_t stage_copy_in(Stage *s, bool later = false);
 // mapped at its own address): what to copy in (the copy kernel may do it instead of
 // stage_copy_in).
 bool stage_copy_target(const Stage *s, const void **src, void **dst, size_t *n, Device **dev);
+// Copy bytes [off, off + len) of the stage's one region (clipped to it) between the device
+// buffer and its shadow, synchronously: to the host after the application's work on the legacy
+// stream, to the device before the caller returns (the partitions of a partitioned request:
+// partitioned.cc).
+nm_status_t stage_copy_range(Stage *s, size_t off, size_t len, bool to_device);
 // Wait for the queued copies in of v[0..n) (stage_copy_in's `later`), their results into st[0..n):
 // per copy stream, one wait, for the last of them (a stream runs its copies in order; the
 // stages of one stream are in the order of their calls).
