@@ -197,20 +197,24 @@ AC_DEFUN([NM_CHECK_HWLOC], [
 
 # NM_CHECK_MPI4_FNS: which of the table's MPI4 rows (src/interpose/mpi_api.def, FLAGS "...|MPI4")
 # the MPI declares and links: NM_MPI4_FNS, the list tools/gen_wrappers.py generates (--have).
-# Two groups: the MPI-4 calls (MPI_Isendrecv, ...) and their large-count forms (rows <Name>_c:
-# MPICH 4.x has them; Open MPI 5.0 none). Per group one link test of them all first (an MPI-4
+# Three groups: the MPI-4 calls (MPI_Isendrecv, ...), their large-count forms (rows <Name>_c:
+# MPICH 4.x has them; Open MPI 5.0 none) and the MPI-4.1 calls (FLAGS "...|MPI41":
+# MPI_Request_get_status_any/all/some; MPICH 4.2 has them, Open MPI 5.0 none). Per group one link test of them all first (an MPI-4
 # library has them all), then one per function (the large-count group's only where MPI_Send_c
 # links: an MPI without it has none of them).
 AC_DEFUN([NM_CHECK_MPI4_FNS], [
-  nm_mpi4_rows=`sed -n 's/^NM_FN(\([[A-Za-z_]]*\),[[^,]]*,[[^,]]*,[[^,]]*|MPI4.*/\1/p' "$srcdir/src/interpose/mpi_api.def"`
+  nm_mpi4_rows=`sed -n 's/^NM_FN(\([[A-Za-z_]]*\),[[^,]]*,[[^,]]*,[[^,]]*|MPI4[[,) ]].*/\1/p' "$srcdir/src/interpose/mpi_api.def"`
   nm_mpi4_all=`echo "$nm_mpi4_rows" | grep -v '_c$'`
   nm_large_all=`echo "$nm_mpi4_rows" | grep '_c$'`
-  for nm_group in mpi4 large; do
-    AS_IF([test $nm_group = mpi4],
-      [nm_list=$nm_mpi4_all nm_sentinel=""
+  nm_mpi41_all=`sed -n 's/^NM_FN(\([[A-Za-z_]]*\),[[^,]]*,[[^,]]*,[[^,]]*|MPI41[[,) ]].*/\1/p' "$srcdir/src/interpose/mpi_api.def"`
+  for nm_group in mpi4 large mpi41; do
+    AS_CASE([$nm_group],
+      [mpi4], [nm_list=$nm_mpi4_all nm_sentinel=""
        AC_MSG_CHECKING([for the MPI-4 functions of the table (MPI_Isendrecv, MPI_Allreduce_init, ...)])],
-      [nm_list=$nm_large_all nm_sentinel=Send_c
-       AC_MSG_CHECKING([for the MPI-4 large-count forms of the table (MPI_Send_c, MPI_Allreduce_c, ...)])])
+      [large], [nm_list=$nm_large_all nm_sentinel=Send_c
+       AC_MSG_CHECKING([for the MPI-4 large-count forms of the table (MPI_Send_c, MPI_Allreduce_c, ...)])],
+      [nm_list=$nm_mpi41_all nm_sentinel=""
+       AC_MSG_CHECKING([for the MPI-4.1 functions of the table (MPI_Request_get_status_any, ...)])])
     nm_refs=""
     for f in $nm_list; do nm_refs="$nm_refs (void *)&MPI_$f, (void *)&PMPI_$f,"; done
     nm_have=""
@@ -235,8 +239,10 @@ AC_DEFUN([NM_CHECK_MPI4_FNS], [
   nm_mpi4_of=`echo $nm_mpi4_all | wc -w`
   nm_large_n=`echo $nm_large_have | wc -w`
   nm_large_of=`echo $nm_large_all | wc -w`
-  NM_MPI4_FNS=`echo $nm_mpi4_have $nm_large_have`
-  NM_MPI4_DESC="$nm_mpi4_n of $nm_mpi4_of, large-count (_c) forms $nm_large_n of $nm_large_of"
+  nm_mpi41_n=`echo $nm_mpi41_have | wc -w`
+  nm_mpi41_of=`echo $nm_mpi41_all | wc -w`
+  NM_MPI4_FNS=`echo $nm_mpi4_have $nm_large_have $nm_mpi41_have`
+  NM_MPI4_DESC="$nm_mpi4_n of $nm_mpi4_of, large-count (_c) forms $nm_large_n of $nm_large_of, MPI-4.1 $nm_mpi41_n of $nm_mpi41_of"
   AC_SUBST([NM_MPI4_FNS])
   # the tests of them (test/mpi/mpi4.c, test/unit/mpi4_device.sh): where the MPI has them all;
   # their large-count parts where it has those too
@@ -246,6 +252,9 @@ AC_DEFUN([NM_CHECK_MPI4_FNS], [
   AS_IF([test "$nm_large_n" = "$nm_large_of"], [nm_large_value=1], [nm_large_value=0])
   AC_DEFINE_UNQUOTED([NM_BUILD_HAVE_MPI_LARGE], [$nm_large_value],
     [1 where the MPI has every large-count (_c) form of the table (the tests of them are built)])
+  AS_IF([test "$nm_mpi41_n" = "$nm_mpi41_of"], [nm_mpi41_value=1], [nm_mpi41_value=0])
+  AC_DEFINE_UNQUOTED([NM_BUILD_HAVE_MPI41], [$nm_mpi41_value],
+    [1 where the MPI has every MPI-4.1 function of the table (the tests of them are built)])
   NM_DEFINE_STRING([NM_BUILD_MPI4_FNS], [$NM_MPI4_FNS], [the MPI-4 functions of the table that the MPI provides (generated)])
   # MPI_Pready_list's partition list: const int[] in the standard and MPICH, int[] in Open MPI 5
   nm_pready_const=""

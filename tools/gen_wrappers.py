@@ -13,8 +13,9 @@ Outputs (into the build directory):
                 host-only)
   api_absent.txt  the MPI4 rows left out: functions the MPI under us does not provide
 
-Rows flagged MPI4 (FLAGS "NB|MPI4", "0|MPI4", ...) are functions that only MPI-4 libraries have:
-they are generated only when named by --have (configure's list of those the MPI links).
+Rows flagged MPI4 (FLAGS "NB|MPI4", "0|MPI4", ...) are functions that only MPI-4 libraries have,
+MPI41 those of MPI-4.1: they are generated only when named by --have (configure's list of those
+the MPI links), and nm_impl.h defines NM_HAVE_FN_<Name> for each.
 Rows named <Name>_c are MPI-4's large-count (MPI_Count) forms of the row <Name>: MPI4 rows, C only
 (no Fortran entry point: Fortran reaches them through mpi_f08's own names), generated only where
 their int form is too.
@@ -49,8 +50,8 @@ def read_rows(path):
                 sys.exit("gen_wrappers: cannot parse row: " + buf)
             name, path, kind, flags, args = m.groups()
             flags, _, avail = flags.partition("|")
-            if avail not in ("", "MPI4"):
-                sys.exit("gen_wrappers: %s: unknown flag %s (only MPI4 follows a |)" % (name, avail))
+            if avail not in ("", "MPI4", "MPI41"):
+                sys.exit("gen_wrappers: %s: unknown flag %s (only MPI4 or MPI41 follows a |)" % (name, avail))
             args = [dict(role=r, ctype=t.strip(), name=n) for r, t, n in ARG.findall(args)]
             if path not in PATHS:
                 sys.exit("gen_wrappers: %s: unknown path %s" % (name, path))
@@ -68,7 +69,7 @@ def read_rows(path):
                 sys.exit("gen_wrappers: %s: role not describable on the DATA path" % name)
             if (path == "LARGE" or name.endswith("_c")) and not (name.endswith("_c") and avail == "MPI4"):
                 sys.exit("gen_wrappers: %s: a LARGE row is an MPI4 row named <Name>_c, and such a row is MPI4" % name)
-            rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args, mpi4=avail == "MPI4"))
+            rows.append(dict(name=name, path=path, kind=kind, flags=flags, args=args, mpi4=avail in ("MPI4", "MPI41")))
             buf = ""
     return rows
 
@@ -887,7 +888,8 @@ def gen_impl_h(rows):
     out += ["int nm_pers_%s(%s, int *rc);" % (r["name"].lower(), formals(r)) for r in rows if r["path"] == "PERSIST"]
     out += ["", "/* the core's partitioned calls on device buffers (PART rows: src/core/tl/staged/partitioned.cc) */"]
     out += ["int nm_part_%s(%s);" % (r["name"].lower(), formals(r)) for r in rows if r["path"] == "PART"]
-    out += ["#define NM_HAVE_PARTITIONED 1" if any(r["path"] == "PART" for r in rows) else "#define NM_HAVE_PARTITIONED 0"]
+    out += ["", "/* the MPI-4 and MPI-4.1 functions of the table that the MPI under us provides */"]
+    out += ["#define NM_HAVE_FN_%s 1" % r["name"] for r in rows if r["mpi4"]]
     out += ["", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(out)
 

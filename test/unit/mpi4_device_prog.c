@@ -34,6 +34,10 @@
  *                                          MPI never called (its output buffers untouched); the same
  *                                          calls on host buffers in this process work (Allreduce_init
  *                                          started against PMPI_Allreduce)
+ *   MPI_Request_get_status_any/all/some (MPI-4.1, where the MPI has them) on two persistent
+ *                                          receives into device buffers: each receive they report
+ *                                          complete is on the device at once, then MPI_Waitall's
+ *                                          statuses and data
  *   large-count forms (MPI_<Name>_c), where the MPI has them: counts that fit an int on device
  *                                          buffers are the int form's calls (every byte against
  *                                          PMPI on host copies, counted on the int form's device
@@ -603,6 +607,107 @@ static void t_large(MPI_Comm c, int **dev)
 }
 #endif
 
+#if NM_BUILD_HAVE_MPI41
+/* MPI-4.1's MPI_Request_get_status_any/all/some on two persistent receives into device buffers:
+ * a receive they report complete holds its data on the device when they return, before the
+ * MPI_Waitall that completes it */
+static int gs_check(const int *r, int round, int i0, const char *what)
+{
+    const int prev = (rank + size - 1) % size;
+    for (int i = 0; i < N; i++)
+        if (r[i] != val(prev, round, i)) {
+            FAIL("%s: receive %d, element %d is %d, want %d", what, i0, i, r[i], val(prev, round, i));
+            return 0;
+        }
+    return 1;
+}
+
+/* the status MPI_Waitall gives after the status call of `form` found a persistent receive of
+ * host memory complete, through PMPI: MPICH 5.0.2 gives an empty one there (source
+ * MPI_ANY_SOURCE), as it does after MPI_Request_get_status; the staged receives are the real
+ * MPI's own requests and inherit it */
+static MPI_Status gs_ref(MPI_Comm c, int form)
+{
+    static int hr[N], hs[N];
+    MPI_Request q, sq;
+    MPI_Status st;
+    PMPI_Recv_init(hr, N, MPI_INT, rank, 62, c, &q);
+    PMPI_Start(&q);
+    PMPI_Isend(hs, N, MPI_INT, rank, 62, c, &sq);
+    int flag = 0, idx, outc, ind;
+    while (!flag) {
+        if (form == 0) PMPI_Request_get_status_any(1, &q, &idx, &flag, &st);
+        else if (form == 1) PMPI_Request_get_status_all(1, &q, &flag, &st);
+        else PMPI_Request_get_status_some(1, &q, &outc, &ind, &st), flag = outc == 1;
+    }
+    PMPI_Wait(&q, &st);
+    PMPI_Wait(&sq, MPI_STATUS_IGNORE);
+    PMPI_Request_free(&q);
+    return st;
+}
+
+static void t_get_status41(MPI_Comm c, int **dev)
+{
+    static const char *const names[3] = {"MPI_Request_get_status_any", "MPI_Request_get_status_all",
+                                         "MPI_Request_get_status_some"};
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int *r[2] = {dev[1], dev[2]};
+    static int hs[2][N];
+    for (int form = 0; form < 3; form++) {
+        MPI_Request q[2], qq[2], sq[2];
+        MPI_Recv_init(r[0], N, MPI_INT, prev, 60, c, &q[0]);
+        MPI_Recv_init(r[1], N, MPI_INT, prev, 61, c, &q[1]);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < N; i++) r[k][i] = -4, hs[k][i] = val(rank, 10 * k + form, i);
+        MPI_Startall(2, q);
+        MPI_Isend(hs[0], N, MPI_INT, next, 60, c, &sq[0]);
+        MPI_Isend(hs[1], N, MPI_INT, next, 61, c, &sq[1]);
+        qq[0] = q[0], qq[1] = q[1];  /* (a request already checked: null here) */
+        int left = 2, rc = MPI_SUCCESS;
+        const double t0 = MPI_Wtime();
+        while (left && rc == MPI_SUCCESS && MPI_Wtime() - t0 < 20) {
+            int flag = 0, idx = MPI_UNDEFINED, outc = 0, ind[2];
+            MPI_Status st[2];
+            if (form == 0) {
+                rc = MPI_Request_get_status_any(2, qq, &idx, &flag, &st[0]);
+                if (rc == MPI_SUCCESS && flag && idx >= 0 && idx < 2) {
+                    gs_check(r[idx], 10 * idx + form, idx, names[form]);
+                    qq[idx] = MPI_REQUEST_NULL, left--;
+                }
+            } else if (form == 1) {
+                rc = MPI_Request_get_status_all(2, qq, &flag, st);
+                if (rc == MPI_SUCCESS && flag) {
+                    for (int k = 0; k < 2; k++) gs_check(r[k], 10 * k + form, k, names[form]);
+                    left = 0;
+                }
+            } else {
+                rc = MPI_Request_get_status_some(2, qq, &outc, ind, st);
+                for (int j = 0; rc == MPI_SUCCESS && outc != MPI_UNDEFINED && j < outc; j++) {
+                    gs_check(r[ind[j]], 10 * ind[j] + form, ind[j], names[form]);
+                    qq[ind[j]] = MPI_REQUEST_NULL, left--;
+                }
+            }
+        }
+        if (rc != MPI_SUCCESS || left) FAIL("%s: rc %d, %d receive(s) never reported complete", names[form], rc, left);
+        MPI_Status st[2], ref = gs_ref(c, form);
+        if (MPI_Waitall(2, q, st) != MPI_SUCCESS) FAIL("%s: MPI_Waitall failed", names[form]);
+        for (int k = 0; k < 2; k++) {
+            int cnt = -1, rcnt = -1;
+            MPI_Get_count(&st[k], MPI_INT, &cnt);
+            PMPI_Get_count(&ref, MPI_INT, &rcnt);
+            const int as_mpi = ref.MPI_SOURCE != rank && st[k].MPI_SOURCE == ref.MPI_SOURCE && st[k].MPI_TAG == ref.MPI_TAG && cnt == rcnt;
+            if (!as_mpi && (st[k].MPI_SOURCE != prev || st[k].MPI_TAG != 60 + k || cnt != N))
+                FAIL("%s: MPI_Waitall's status %d: source %d, tag %d, count %d", names[form], k, st[k].MPI_SOURCE,
+                     st[k].MPI_TAG, cnt);
+            gs_check(r[k], 10 * k + form, k, "after MPI_Waitall");
+        }
+        MPI_Waitall(2, sq, MPI_STATUSES_IGNORE);
+        MPI_Request_free(&q[0]);
+        MPI_Request_free(&q[1]);
+    }
+}
+#endif
+
 /* the same process, host buffers: a persistent collective works (three starts) */
 static void t_host_persistent(MPI_Comm c)
 {
@@ -638,14 +743,20 @@ int main(int argc, char **argv)
     int dims[1] = {size}, periods[1] = {1};
     MPI_Cart_create(c, 1, dims, periods, 0, &ring);
     MPI_Comm_set_errhandler(ring, MPI_ERRORS_RETURN);
+    /* partitioned communication: case MPI4_PART_CASE (0-5, default 3: device to device); with
+     * MPI4_ONLY=part nothing else, with MPI4_ONLY=status41 only MPI-4.1's status calls */
+    const char *pc = getenv("MPI4_PART_CASE"), *only = getenv("MPI4_ONLY");
+#if NM_BUILD_HAVE_MPI41
+    if (only && !strcmp(only, "status41")) {
+        t_get_status41(c, dev);
+        goto done;
+    }
+#endif
+    t_partitioned(c, dev, host, pc ? atoi(pc) % 6 : 3);
+    if (only && !strcmp(only, "part")) goto done;
     const unsigned long long staged0 = route_calls("Isendrecv", NCCLMPI_ROUTE_STAGED);
     t_isendrecv(c, dev, host);
     if (route_calls("Isendrecv", NCCLMPI_ROUTE_STAGED) == staged0) FAIL("no MPI_Isendrecv on device buffers was staged");
-    /* partitioned communication: case MPI4_PART_CASE (0-5, default 3: device to device); with
-     * MPI4_PART_ONLY=1 nothing else */
-    const char *pc = getenv("MPI4_PART_CASE");
-    t_partitioned(c, dev, host, pc ? atoi(pc) % 6 : 3);
-    if (getenv("MPI4_PART_ONLY")) goto done;
     t_unsupported(c, ring, dev);
     {  /* a blocking device collective first: the communicator's NCCL side where there is one */
         int *a = (int *)(uintptr_t)b[3];
@@ -654,6 +765,9 @@ int main(int argc, char **argv)
         t_persistent(c, dev[2], a);
     }
     t_host_persistent(c);
+#if NM_BUILD_HAVE_MPI41
+    t_get_status41(c, dev);
+#endif
 #if NM_BUILD_HAVE_MPI_LARGE
     if (size <= 64) t_large(c, dev);
 #endif

@@ -30,7 +30,7 @@
 #include "util/log.h"
 #include "util/stats.h"
 
-#if NM_HAVE_PARTITIONED
+#ifdef NM_HAVE_FN_Psend_init
 namespace ncclmpi {
 namespace {
 

@@ -643,45 +643,105 @@ extern "C" int nm_pers_request_free(MPI_Request *request, int *rc)
     return request && pers_free(request, rc);
 }
 
+namespace {
+
+// MPI_Request_get_status (or one of its MPI-4.1 siblings) found `request` complete, its status
+// in *st: a staged persistent request is still active, and its data is the application's now, so
+// it is copied back now (once). *rc: the call's result so far, then the copy's.
+void status_found(MPI_Request request, MPI_Status *st, int *rc)
+{
+    Pers p{};
+    MPI_Comm ecomm = MPI_COMM_NULL;  // a restarted call's failure, reported once, outside the lock
+    {
+        MtLock<std::mutex> g(mu);
+        Pers *it = table.find(request);
+        if (!it || !it->active) return;
+        if (it->em) em_status(*it->em, st);
+        if (it->em && it->em->restart) {  // nothing to copy back
+            Emul &em = *it->em;
+            if (em.err == MPI_SUCCESS) return;
+            st->MPI_ERROR = *rc = em.err;
+            if (!em.err_reported) ecomm = em.comm;
+            em.err_reported = true;  // (the completion returns it again, unreported)
+        } else {
+            if (it->copied && !it->decode) return;
+            p = *it;
+            it->copied = true;
+        }
+    }
+    if (ecomm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(ecomm, *rc);
+    if (!p.stage && !p.decode) return;  // (a restarted call: nothing more)
+    if (p.decode) {  // decoded by the first call that finds it complete; every later one, and the
+        Decode *d = p.decode;  // completion, report what that one did (the preset)
+        *rc = env_finish(*d, st);
+        if (p.copied) return;
+        d->preset = *st;
+        d->preset_rc = *rc;
+        d->has_preset = true;
+        if (*rc != MPI_SUCCESS && p.comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(p.comm, *rc);
+        return;
+    }
+    *rc = copy_back(p, st);
+}
+
+}  // namespace
+
 extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_Status *status, int *rc)
 {
     nm_progress();
     if (!pers_owns(1, &request)) return 0;
     MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
     *rc = PMPI_Request_get_status(request, flag, st);
-    if (*rc != MPI_SUCCESS || !*flag) return 1;
-    // complete, still active: the data is the application's now, so it is copied back now (once)
-    Pers p{};
-    MPI_Comm ecomm = MPI_COMM_NULL;  // a restarted call's failure, reported once, outside the lock
-    {
-        MtLock<std::mutex> g(mu);
-        Pers *it = table.find(request);
-        if (!it || !it->active) return 1;
-        if (it->em) em_status(*it->em, st);
-        if (it->em && it->em->restart) {  // nothing to copy back
-            Emul &em = *it->em;
-            if (em.err == MPI_SUCCESS) return 1;
-            st->MPI_ERROR = *rc = em.err;
-            if (!em.err_reported) ecomm = em.comm;
-            em.err_reported = true;  // (the completion returns it again, unreported)
-        } else {
-            if (it->copied && !it->decode) return 1;
-            p = *it;
-            it->copied = true;
-        }
-    }
-    if (ecomm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(ecomm, *rc);
-    if (!p.stage && !p.decode) return 1;  // (a restarted call: nothing more)
-    if (p.decode) {  // decoded by the first call that finds it complete; every later one, and the
-        Decode *d = p.decode;  // completion, report what that one did (the preset)
-        *rc = env_finish(*d, st);
-        if (p.copied) return 1;
-        d->preset = *st;
-        d->preset_rc = *rc;
-        d->has_preset = true;
-        if (*rc != MPI_SUCCESS && p.comm != MPI_COMM_NULL) PMPI_Comm_call_errhandler(p.comm, *rc);
-        return 1;
-    }
-    *rc = copy_back(p, st);
+    if (*rc == MPI_SUCCESS && *flag) status_found(request, st, rc);
     return 1;
 }
+
+#ifdef NM_HAVE_FN_Request_get_status_any
+// The MPI-4.1 forms: the real MPI's answer, then status_found for each request it found complete
+// (the first failure is the call's result)
+extern "C" int nm_pers_request_get_status_any(int count, const MPI_Request *reqs, int *indx, int *flag, MPI_Status *status,
+                                              int *rc)
+{
+    nm_progress();
+    if (count <= 0 || !reqs || !pers_owns(count, reqs)) return 0;
+    MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
+    *rc = PMPI_Request_get_status_any(count, reqs, indx, flag, st);
+    if (*rc == MPI_SUCCESS && *flag && *indx >= 0 && *indx < count) status_found(reqs[*indx], st, rc);
+    return 1;
+}
+#endif
+
+#ifdef NM_HAVE_FN_Request_get_status_all
+extern "C" int nm_pers_request_get_status_all(int count, const MPI_Request *reqs, int *flag, MPI_Status *statuses, int *rc)
+{
+    nm_progress();
+    if (count <= 0 || !reqs || !pers_owns(count, reqs)) return 0;
+    std::vector<MPI_Status> own(statuses == MPI_STATUSES_IGNORE ? (size_t)count : 0);
+    MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? own.data() : statuses;
+    *rc = PMPI_Request_get_status_all(count, reqs, flag, st);
+    for (int i = 0; *flag && i < count && (*rc == MPI_SUCCESS || *rc == MPI_ERR_IN_STATUS); i++) {
+        int one = MPI_SUCCESS;
+        status_found(reqs[i], &st[i], &one);
+        if (one != MPI_SUCCESS && *rc == MPI_SUCCESS) *rc = one;
+    }
+    return 1;
+}
+#endif
+
+#ifdef NM_HAVE_FN_Request_get_status_some
+extern "C" int nm_pers_request_get_status_some(int incount, const MPI_Request *reqs, int *outcount, int *indices,
+                                               MPI_Status *statuses, int *rc)
+{
+    nm_progress();
+    if (incount <= 0 || !reqs || !pers_owns(incount, reqs)) return 0;
+    std::vector<MPI_Status> own(statuses == MPI_STATUSES_IGNORE ? (size_t)incount : 0);
+    MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? own.data() : statuses;
+    *rc = PMPI_Request_get_status_some(incount, reqs, outcount, indices, st);
+    for (int k = 0; k < *outcount && *outcount != MPI_UNDEFINED && (*rc == MPI_SUCCESS || *rc == MPI_ERR_IN_STATUS); k++) {
+        int one = MPI_SUCCESS;
+        status_found(reqs[indices[k]], &st[k], &one);
+        if (one != MPI_SUCCESS && *rc == MPI_SUCCESS) *rc = one;
+    }
+    return 1;
+}
+#endif
