@@ -788,7 +788,7 @@ COVERAGE_DOC = """\
 #   staged              device buffers are copied to host and back around the real MPI call
 #   staged              (buffered sends, and persistent ones, copied at each MPI_Start;
 #                       partitioned communication, a partition copied at MPI_Pready* and at the
-#                       MPI_Parrived that finds it, the rest at the completion)
+#                       MPI_Parrived that finds it, the whole buffer at the completion)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
 #   unsupported-on-device  device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION; never passed
 #                       to the MPI (MPI-4 persistent collectives with per-rank counts, the v/w

@@ -283,7 +283,10 @@ static void t_partitioned(MPI_Comm c, int **dev, int **host, int k)
                     seen[p] = 1, left--;
                     char at[96];
                     snprintf(at, sizeof(at), "%s, partition %d at MPI_Parrived", what, p);
-                    part_check(r, ref, p * per, (p + 1) * per, stride, round, at);
+                    /* (not where the receiver's partitions are coarser: Open MPI 5.0.11's
+                     * MPI_Parrived reports such a partition before all of it landed, host
+                     * buffers and no ncclmpi too; the completion is checked below) */
+                    if (rparts == sparts) part_check(r, ref, p * per, (p + 1) * per, stride, round, at);
                 }
             if (left) FAIL("partitioned %s, round %d: %d partition(s) never arrived", what, round, left);
             MPI_Status st[2];

@@ -8,8 +8,8 @@
 //   the application's work on the legacy stream, then the real MPI's MPI_Pready runs; MPI_Start
 //   copies nothing;
 // - a receive copies partition p back to the device at the first MPI_Parrived that finds it
-//   arrived, and the partitions no MPI_Parrived copied at the request's completion (a Wait, a
-//   Test, MPI_Request_get_status, or in the background once freed while active). A datatype
+//   arrived, and the whole buffer at the request's completion (a Wait, a Test,
+//   MPI_Request_get_status, or in the background once freed while active). A datatype
 //   with gaps copies the whole span in at MPI_Start first, so that the gaps come back as they were.
 // The real MPI's messages are its own, unchanged: either side may use host or device memory, and
 // the partitions of the two sides may differ as MPI-4 allows.
@@ -80,10 +80,19 @@ struct Part final : PersExt {
         return st;
     }
 
+    // The whole buffer goes back, the partitions an MPI_Parrived copied too: Open MPI 5.0.11's
+    // MPI_Parrived can report a receive partition before all of it landed where the sender's
+    // partitions are finer (host buffers, without ncclmpi), and what the completion copies is
+    // then what the real MPI delivered.
     int complete(Stage *s, MPI_Comm comm) override
     {
         if (send || parts <= 0) return MPI_SUCCESS;
-        nm_status_t st = copy_back(0, parts - 1, s);
+        nm_status_t st;
+        {
+            std::lock_guard<std::mutex> g(mu);
+            std::fill(back.begin(), back.end(), 0);
+        }
+        st = copy_back(0, parts - 1, s);
         if (st == NM_OK) return MPI_SUCCESS;
         return nm_raise_error(NM_FN_Precv_init, st, "the copy of a partitioned receive's partitions back to the device failed",
                               comm != MPI_COMM_NULL ? comm : this->comm);
