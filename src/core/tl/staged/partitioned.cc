@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <limits.h>
+#include <stdint.h>
 
 #include <mutex>
 #include <vector>
@@ -62,21 +63,15 @@ struct Part final : PersExt {
         return true;  // (a datatype with gaps: the span in, see above)
     }
 
-    // Partitions [a, b] of a receive not copied back yet go back now (runs of them, one copy each).
-    nm_status_t copy_back(int a, int b, Stage *s)
+    // Partition p of a receive goes back now, unless an MPI_Parrived of this activation did it.
+    nm_status_t copy_back(int p, Stage *s)
     {
         std::lock_guard<std::mutex> g(mu);
-        nm_status_t st = NM_OK;
-        for (int p = a; p <= b && st == NM_OK;) {
-            if (back[p]) { p++; continue; }
-            int q = p;
-            while (q + 1 <= b && !back[q + 1]) q++;
-            size_t off, len;
-            range(p, q, &off, &len);
-            st = stage_copy_range(s, off, len, true);
-            if (st == NM_OK) std::fill(back.begin() + p, back.begin() + q + 1, 1);
-            p = q + 1;
-        }
+        if (back[p]) return NM_OK;
+        size_t off, len;
+        range(p, p, &off, &len);
+        const nm_status_t st = stage_copy_range(s, off, len, true);
+        if (st == NM_OK) back[p] = 1;
         return st;
     }
 
@@ -86,13 +81,8 @@ struct Part final : PersExt {
     // then what the real MPI delivered.
     int complete(Stage *s, MPI_Comm comm) override
     {
-        if (send || parts <= 0) return MPI_SUCCESS;
-        nm_status_t st;
-        {
-            std::lock_guard<std::mutex> g(mu);
-            std::fill(back.begin(), back.end(), 0);
-        }
-        st = copy_back(0, parts - 1, s);
+        if (send) return MPI_SUCCESS;
+        const nm_status_t st = stage_copy_range(s, 0, SIZE_MAX, true);  // (clipped to the shadow)
         if (st == NM_OK) return MPI_SUCCESS;
         return nm_raise_error(NM_FN_Precv_init, st, "the copy of a partitioned receive's partitions back to the device failed",
                               comm != MPI_COMM_NULL ? comm : this->comm);
@@ -227,7 +217,7 @@ extern "C" int nm_pers_parrived(MPI_Request request, int partition, int *flag, i
     *rc = PMPI_Parrived(request, partition, flag);
     // an arrived partition is the application's: on the device before the call returns
     if (*rc != MPI_SUCCESS || !*flag || !active || partition < 0 || partition >= p->parts) return 1;
-    nm_status_t st = p->copy_back(partition, partition, s);
+    nm_status_t st = p->copy_back(partition, s);
     if (st != NM_OK)
         *rc = nm_raise_error(NM_FN_Parrived, st, "the copy of an arrived partition back to the device failed", p->comm);
     return 1;

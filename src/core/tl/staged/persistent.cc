@@ -684,6 +684,19 @@ void status_found(MPI_Request request, MPI_Status *st, int *rc)
     *rc = copy_back(p, st);
 }
 
+#if defined(NM_HAVE_FN_Request_get_status_all) || defined(NM_HAVE_FN_Request_get_status_some)
+// status_found for n requests the real MPI reported complete: reqs[which[k]] (which null: reqs[k])
+// with status st[k]; the first copy's failure becomes *rc where the call succeeded
+void statuses_found(const MPI_Request *reqs, const int *which, int n, MPI_Status *st, int *rc)
+{
+    for (int k = 0; k < n && (*rc == MPI_SUCCESS || *rc == MPI_ERR_IN_STATUS); k++) {
+        int one = MPI_SUCCESS;
+        status_found(reqs[which ? which[k] : k], &st[k], &one);
+        if (one != MPI_SUCCESS && *rc == MPI_SUCCESS) *rc = one;
+    }
+}
+#endif
+
 }  // namespace
 
 extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_Status *status, int *rc)
@@ -698,7 +711,6 @@ extern "C" int nm_pers_request_get_status(MPI_Request request, int *flag, MPI_St
 
 #ifdef NM_HAVE_FN_Request_get_status_any
 // The MPI-4.1 forms: the real MPI's answer, then status_found for each request it found complete
-// (the first failure is the call's result)
 extern "C" int nm_pers_request_get_status_any(int count, const MPI_Request *reqs, int *indx, int *flag, MPI_Status *status,
                                               int *rc)
 {
@@ -719,11 +731,7 @@ extern "C" int nm_pers_request_get_status_all(int count, const MPI_Request *reqs
     std::vector<MPI_Status> own(statuses == MPI_STATUSES_IGNORE ? (size_t)count : 0);
     MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? own.data() : statuses;
     *rc = PMPI_Request_get_status_all(count, reqs, flag, st);
-    for (int i = 0; *flag && i < count && (*rc == MPI_SUCCESS || *rc == MPI_ERR_IN_STATUS); i++) {
-        int one = MPI_SUCCESS;
-        status_found(reqs[i], &st[i], &one);
-        if (one != MPI_SUCCESS && *rc == MPI_SUCCESS) *rc = one;
-    }
+    if (*flag) statuses_found(reqs, nullptr, count, st, rc);
     return 1;
 }
 #endif
@@ -737,11 +745,7 @@ extern "C" int nm_pers_request_get_status_some(int incount, const MPI_Request *r
     std::vector<MPI_Status> own(statuses == MPI_STATUSES_IGNORE ? (size_t)incount : 0);
     MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? own.data() : statuses;
     *rc = PMPI_Request_get_status_some(incount, reqs, outcount, indices, st);
-    for (int k = 0; k < *outcount && *outcount != MPI_UNDEFINED && (*rc == MPI_SUCCESS || *rc == MPI_ERR_IN_STATUS); k++) {
-        int one = MPI_SUCCESS;
-        status_found(reqs[indices[k]], &st[k], &one);
-        if (one != MPI_SUCCESS && *rc == MPI_SUCCESS) *rc = one;
-    }
+    if (*outcount != MPI_UNDEFINED) statuses_found(reqs, indices, *outcount, st, rc);
     return 1;
 }
 #endif
