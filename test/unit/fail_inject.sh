@@ -11,11 +11,12 @@
 # "runs" fails nothing: a datatype of more than 65536 runs on one rank alone must work.
 # A failed NCCL call of a coalesced burst (burst) ends on the peers through the failing rank's
 # notice, heard while they wait for the next group's agreement round.
-# Not injected yet (they hang or abort the stand-in: left open, doc/design.md, "Failures end in
-# errors"): ncclCommInitRank(Config), whose failure on one rank leaves its peers inside NCCL's own
-# initialization; NCCL calls of the creation's connection ladder (create), where a peer waits on
-# the host inside its own call for a connection the failed rank never makes (NCCL connects at
-# first use, without a timeout).
+# A failed NCCL call of the creation's connection ladder (create) ends on the peers that wait on
+# the host inside their own call for its connection: the failing rank aborts its communicator
+# before it agrees, which closes its connections (the stand-in NCCL: a peer's connection wait
+# fails once the rank it waits for has aborted).
+# Not injected yet (left open, doc/design.md, "Failures end in errors"): ncclCommInitRank(Config),
+# whose failure on one rank leaves its peers inside NCCL's own initialization.
 b=$1
 d="$b/fail_inject_test"
 prog="$b/test/unit/fail_inject_prog"
@@ -65,12 +66,12 @@ matrix() {
     verdict "$np" "$sc, $np ranks, FAKE_FAIL=$spec"
   done
 }
-matrix 2 1 create nonccl
+matrix 2 1 create
 matrix 2 1 allreduce
 matrix 2 0 bcast
 matrix 2 1 iallreduce
 matrix 2 1 burst
-matrix 3 0 create nonccl
+matrix 3 0 create
 matrix 3 2 allreduce
 matrix 3 1 bcast
 matrix 3 0 burst

@@ -94,6 +94,7 @@ struct shm_head {
     _Atomic int algo_conn[NALGO][MAXR]; /* rank r connects algorithm a */
     _Atomic int peer_conn[MAXR][MAXR];  /* rank r connects to peer q */
     unsigned long long ident[MAXR][2];  /* rank r's device and host identity (shm_make) */
+    _Atomic int gone[MAXR];             /* rank r aborted its communicator (its connections closed) */
     struct shm_slot slot[MAXR];
 };
 /* a mailbox from one rank to another: chunks of a group's sends, in order (posted > taken: one
@@ -174,13 +175,16 @@ static int runtime_connect(void)
     }
     return v;
 }
-/* wait, as NCCL's bootstrap does: no MPI progress (a peer that needs this rank's progress before
- * it connects waits forever); says so once after a while, naming what it waits for */
-static void connect_wait(struct shm_comm *c, _Atomic int *flag, const char *what, int which)
+/* wait for rank q's side of a connection, as NCCL's bootstrap does: no MPI progress (a peer that
+ * needs this rank's progress before it connects waits forever); says so once after a while,
+ * naming what it waits for. -1 when q aborted its communicator meanwhile (NCCL: the peer's
+ * sockets close, and the wait for them fails) or this rank's was aborted. */
+static int connect_wait(struct shm_comm *c, _Atomic int *flag, int q, const char *what, int which)
 {
     time_t t0 = time(NULL);
     int told = 0;
-    while (!atomic_load(flag) && !atomic_load(&c->aborted)) {
+    while (!atomic_load(flag)) {
+        if (atomic_load(&c->aborted) || atomic_load(&c->h->gone[q])) return -1;
         if (!told && time(NULL) - t0 > 5) {
             fprintf(stderr, "stand-in NCCL: rank %d of %d waits to connect %s %d (a connection at first use)\n",
                     c->rank, c->base.nranks, what, which);
@@ -188,26 +192,31 @@ static void connect_wait(struct shm_comm *c, _Atomic int *flag, const char *what
         }
         sched_yield();
     }
+    return 0;
 }
-/* the first call of algorithm a on c: every rank connects */
-static void connect_algo(struct shm_comm *c, int a)
+/* the first call of algorithm a on c: every rank connects (-1: a rank aborted) */
+static int connect_algo(struct shm_comm *c, int a)
 {
-    if (c->algo_ready[a]) return;
+    if (c->algo_ready[a]) return 0;
     atomic_store(&c->h->algo_conn[a][c->rank], 1);
-    for (int q = 0; q < c->base.nranks; q++) connect_wait(c, &c->h->algo_conn[a][q], "algorithm", a);
+    for (int q = 0; q < c->base.nranks; q++)
+        if (connect_wait(c, &c->h->algo_conn[a][q], q, "algorithm", a)) return -1;
     c->algo_ready[a] = 1;
+    return 0;
 }
-/* the first sends or receives with the peers in `peers` (this rank's calls of a group): pairwise */
-static void connect_peers(struct shm_comm *c, const unsigned char *peers)
+/* the first sends or receives with the peers in `peers` (this rank's calls of a group): pairwise
+ * (-1: such a peer aborted) */
+static int connect_peers(struct shm_comm *c, const unsigned char *peers)
 {
     int any = 0;
     for (int q = 0; q < c->base.nranks; q++)
         if (peers[q] && q != c->rank && !c->peer_ready[q]) atomic_store(&c->h->peer_conn[c->rank][q], 1), any = 1;
     for (int q = 0; any && q < c->base.nranks; q++)
         if (peers[q] && q != c->rank && !c->peer_ready[q]) {
-            connect_wait(c, &c->h->peer_conn[q][c->rank], "to peer", q);
+            if (connect_wait(c, &c->h->peer_conn[q][c->rank], q, "to peer", q)) return -1;
             c->peer_ready[q] = 1;
         }
+    return 0;
 }
 
 /* the device of the caller's current context (the stand-in driver's), or -1 */
@@ -320,9 +329,9 @@ static ncclResult_t shm_coll(struct shm_comm *c, struct desc d, const void *s, s
     if (d.kind == K_ALLTOALL || d.kind == K_GATHER || d.kind == K_SCATTER) {
         unsigned char peers[MAXR] = {0};
         for (int q = 0; q < c->base.nranks; q++) peers[q] = d.kind == K_ALLTOALL || c->rank == d.root || q == d.root;
-        connect_peers(c, peers);
-    } else {
-        connect_algo(c, algo_of(d.count * tsize((ncclDataType_t)d.type)));
+        if (connect_peers(c, peers)) return ncclRemoteError;
+    } else if (connect_algo(c, algo_of(d.count * tsize((ncclDataType_t)d.type)))) {
+        return ncclRemoteError;
     }
     enqueue_fn q = stream_enqueue();
     if (!q) return shm_coll_now(c, d, s, mine, r, rbytes);
@@ -353,6 +362,9 @@ static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *
         return ncclSuccess;
     }
     if (mine > SLOT || rbytes > SLOT * (size_t)nr) return ncclInvalidUsage;
+    /* an aborted communicator's calls still queued touch nothing a peer may be reading (its
+     * slot holds the call a peer's meeting may have counted it in) */
+    if (atomic_load(&c->aborted)) return ncclRemoteError;
     struct shm_slot *me = &c->h->slot[c->rank];
     me->d = d;
     if (mine && s) memcpy(me->data, s, mine);
@@ -361,9 +373,9 @@ static ncclResult_t shm_coll_now(struct shm_comm *c, struct desc d, const void *
         const struct desc *o = &c->h->slot[q].d;
         if (o->kind != d.kind || o->type != d.type || o->op != d.op || o->root != d.root || o->count != d.count) {
             fprintf(stderr, "stand-in NCCL: rank %d of %d called nccl%s(count %zu, type %d, op %d, root %d) where rank %d "
-                    "called nccl%s(count %zu, type %d, op %d, root %d): the ranks' calls differ\n",
+                    "called nccl%s(count %zu, type %d, op %d, root %d): the ranks' calls differ (meeting %lu, arrived %lu, aborted %d)\n",
                     c->rank, nr, kinds[d.kind], d.count, d.type, d.op, d.root, q, kinds[o->kind], o->count, o->type,
-                    o->op, o->root);
+                    o->op, o->root, c->meetings, (unsigned long)atomic_load(&c->h->arrived), (int)atomic_load(&c->aborted));
             abort();
         }
     }
@@ -490,7 +502,10 @@ static ncclResult_t p2p_run(struct shm_comm *c)
 {
     unsigned char peers[MAXR] = {0};
     for (int i = 0; i < c->npend; i++) peers[c->pend[i].peer] = 1;
-    connect_peers(c, peers);
+    if (connect_peers(c, peers)) {
+        c->npend = 0;  /* (never run) */
+        return ncclRemoteError;
+    }
     enqueue_fn q = stream_enqueue();
     if (q) {
         struct p2p_args *a = malloc(sizeof(*a));
@@ -559,7 +574,10 @@ static ncclResult_t drop(ncclComm_t c, int abort_it)
         abort();
     }
     struct shm_comm *m = shm_of(c);
-    if (m && abort_it) atomic_store(&m->aborted, 1);
+    if (m && abort_it) {
+        atomic_store(&m->aborted, 1);
+        atomic_store(&m->h->gone[m->rank], 1);  /* its connections close: a peer waiting to connect stops */
+    }
     /* as NCCL's, after the communicator's calls still queued on streams */
     while (m && atomic_load(&m->queued)) sched_yield();
     if (m) munmap(m->h, m->bytes);
@@ -590,6 +608,7 @@ EXPORT ncclResult_t ncclGroupEnd(void)
     ncclResult_t rc = ncclSuccess;
     for (int k = 0; k < ngroup_comms; k++)
         if (rc == ncclSuccess) rc = p2p_run(group_comms[k]);
+        else group_comms[k]->npend = 0;  /* (never run) */
     ngroup_comms = 0;
     return rc;
 }

@@ -196,10 +196,16 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bo
     // Then each call, agreed before the next: a rank whose call failed stops there, and its peers
     // learn it at once, instead of waiting for it in that call on the GPU or in the next one's
     // connection on the host (NCCL connects an algorithm at its first use, without a timeout).
-    // About 30 small allreduces at creation, which takes milliseconds anyway.
+    // About 30 small allreduces at creation, which takes milliseconds anyway. A rank whose call
+    // failed aborts its NCCL communicator before it agrees: a peer may be inside its own call,
+    // waiting on the host for this rank's side of a connection, and the abort closes this rank's
+    // connections, which ends that wait with an error (doc/design.md, "Failures end in errors").
     ncclResult_t r = ncclSuccess;
     bool ok = true;
-    for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) ok = all_agree(r == ncclSuccess, comm, describe(), &err);
+    for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) {
+        if (r != ncclSuccess) fail(std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r));
+        ok = all_agree(r == ncclSuccess, comm, describe(), &err);
+    }
     // a peer's calls may wait for this rank's on the GPU: the abort ends them (on every rank,
     // each having seen the same answer) before the stream is waited for
     if (!ok) fail(!err.empty() ? err : r != ncclSuccess ? std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r)
