@@ -47,6 +47,27 @@ public:
     WaitWatch(const WaitWatch &) = delete;
     WaitWatch &operator=(const WaitWatch &) = delete;
 };
+// A fatal wait of the calling thread inside its current one (the call that wait names, else
+// `call`), for the scope of this object; the outer wait then resumes (timed afresh).
+class InnerFatalWait {
+public:
+    InnerFatalWait(const char *call, const char *where, int comm_id)
+    {
+        nm_wd_current(&call_, &outer_);
+        if (!call_) call_ = call;
+        nm_wd_begin_fatal(call_, where, comm_id);
+    }
+    ~InnerFatalWait()
+    {
+        nm_wd_end();
+        if (outer_) nm_wd_begin(call_, outer_);
+    }
+    InnerFatalWait(const InnerFatalWait &) = delete;
+    InnerFatalWait &operator=(const InnerFatalWait &) = delete;
+
+private:
+    const char *call_ = nullptr, *outer_ = nullptr;
+};
 }  // namespace ncclmpi
 #endif
 #endif

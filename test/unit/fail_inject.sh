@@ -15,8 +15,9 @@
 # the host inside their own call for its connection: the failing rank aborts its communicator
 # before it agrees, which closes its connections (the stand-in NCCL: a peer's connection wait
 # fails once the rank it waits for has aborted).
-# Not injected yet (left open, doc/design.md, "Failures end in errors"): ncclCommInitRank(Config),
-# whose failure on one rank leaves its peers inside NCCL's own initialization.
+# ncclCommInitRankConfig failing on one rank leaves its peers inside NCCL's own initialization,
+# which nothing can end but the job's end: with NCCLMPI_TIMEOUT the job must end, with an error
+# naming that wait, instead of hanging (doc/design.md, "Failures end in errors").
 b=$1
 d="$b/fail_inject_test"
 prog="$b/test/unit/fail_inject_prog"
@@ -75,6 +76,22 @@ matrix 3 0 create
 matrix 3 2 allreduce
 matrix 3 1 bcast
 matrix 3 0 burst
+# ncclCommInitRankConfig failing on one rank: its peers wait inside NCCL's initialization, where
+# no notice reaches them; with NCCLMPI_TIMEOUT that wait is fatal, and the job ends with an error
+# naming it (util/watchdog.h) instead of waiting for ever
+for np in 2 3; do
+  t0=$(date +%s)
+  NCCLMPI_TIMEOUT=3 FAKE_FAIL=ncclCommInitRankConfig:$((np - 1)):1 run $np create
+  took=$(($(date +%s) - t0))
+  cases=$((cases + 1))
+  if [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 137 ] || ! grep -q "inside NCCL's initialization of the communicator" "$d/err"; then
+    echo "fail_inject: FAIL: create, $np ranks, ncclCommInitRankConfig failed on rank $((np - 1)): exit $rc after $took s, no fatal wait reported"
+    grep -v '^fake_fail' "$d/err" | tail -8
+    fail=1
+  else
+    echo "fail_inject: create, $np ranks, ncclCommInitRankConfig failed on rank $((np - 1)): the job ended in $took s (exit $rc) naming NCCL's initialization"
+  fi
+done
 for np in 2 3; do
   run $np runs
   verdict $np "runs (a datatype of more than 65536 runs on rank 0 alone), $np ranks" || true

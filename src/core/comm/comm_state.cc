@@ -24,6 +24,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/watchdog.h"
 
 extern "C" int nm_pending_comms;
 
@@ -222,6 +223,12 @@ void comm_connect_peers(CommState *cs)
 }
 
 static const char kCreating[] = "creating its NCCL communicator";
+static const char kNcclInitWait[] =
+    "inside NCCL's initialization of the communicator (ncclCommInitRank), which every rank of it joins: a rank whose own "
+    "initialization failed, or that is gone, leaves the others here";
+static const char kNcclSplitWait[] =
+    "inside NCCL's split of the parent's NCCL communicator (ncclCommSplit, NCCLMPI_EAGER), which every rank of the "
+    "parent joins: a rank whose own split failed, or that is gone, leaves the others here";
 
 // One of the creation's agreements failed or ran out (core/engine/deadline.h): cs is FAILED on
 // this rank, what pg made is aborted, and every device call on cs fails with `why`.
@@ -317,7 +324,15 @@ void comm_create(CommState *cs, int device)
         return creation_failed(cs, std::move(pg), nullptr, err);
     for (int i = 0; i < cs->size; i++)
         if (!inits[i].ok) return set_staged(cs, "rank %d: %s", i, i == 0 ? "no NCCL unique id or stream" : "cannot create a CUDA stream");
-    int ok = pg->init_with_id(inits[0].id) == NM_OK, all_ok = 0;
+    int ok = 0, all_ok = 0;
+    {
+        // NCCL's initialization waits for every rank without a timeout, and no notice reaches a
+        // rank inside it: a rank whose own initialization failed before it joined leaves the others
+        // here. With NCCLMPI_TIMEOUT the wait is fatal (util/watchdog.h): the job ends with an
+        // error naming it instead of waiting for ever.
+        InnerFatalWait w("Comm_create", kNcclInitWait, cs->id);
+        ok = pg->init_with_id(inits[0].id) == NM_OK;
+    }
     if (agree_min(ok, &all_ok, cs->comm, cs->describe(), kCreating, &err) != NM_OK)
         return creation_failed(cs, std::move(pg), nullptr, err);
     if (!all_ok) {
@@ -383,14 +398,17 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
         PMPI_Comm_dup(child, &notice);
         pg->set_notice(notice);
     }
-    if (pg && pg->prepare(&why)) {
-        ok = pg->init_split(*ppg, color, key) == NM_OK;
-    } else {  // not in the child, or not ready: still in the parent's collective split
-        ncclComm_t none = nullptr;
-        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-        cfg.splitShare = 1;
-        DeviceGuard dg(ppg->ctx());
-        ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess && !pg;
+    {
+        InnerFatalWait w("Comm_split", kNcclSplitWait, ps->id);  // (as kNcclInitWait)
+        if (pg && pg->prepare(&why)) {
+            ok = pg->init_split(*ppg, color, key) == NM_OK;
+        } else {  // not in the child, or not ready: still in the parent's collective split
+            ncclComm_t none = nullptr;
+            ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+            cfg.splitShare = 1;
+            DeviceGuard dg(ppg->ctx());
+            ok = nccl.ncclCommSplit(ppg->nccl_comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &cfg) == ncclSuccess && !pg;
+        }
     }
     std::string err;
     if (agree_min(ok, &all_ok, parent, ps->describe(), "splitting the NCCL communicator (NCCLMPI_EAGER)", &err) != NM_OK)
