@@ -179,6 +179,13 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
     if (cs->rank == 0) NM_INFO(INIT, "%s: staged path for device buffers: %s", cs->describe().c_str(), b);
 }
 
+static const char kNcclInitWait[] =
+    "inside NCCL's initialization of the communicator (ncclCommInitRank), which every rank of it joins: a rank whose own "
+    "initialization failed, or that is gone, leaves the others here";
+static const char kNcclConnectWait[] =
+    "inside NCCL's calls that connect the communicator's algorithms or peers at their first use, which every rank of it "
+    "joins: a rank that is gone or not calling leaves the others here";
+
 // NCCL's connections made now (NCCLMPI_CONNECT), inside the creation every rank of comm is in,
 // after it agreed that all made the NCCL communicator: init: the algorithms NCCL picks for a
 // ladder of sizes, and (on communicators of at most NCCLMPI_CONNECT_PEERS ranks) every peer's
@@ -188,7 +195,12 @@ static void set_staged(CommState *cs, const char *fmt, int who, const char *deta
 // NCCL call and on each call before the next). doc/design.md, "Connected at creation".
 static int connect_agreed(ProcessGroup *pg, MPI_Comm comm, bool algorithms, bool peers, bool ready = true)
 {
-    int ok = pg->connect(algorithms, peers, comm, ready) == NM_OK, all_ok = 0;
+    int ok = 0, all_ok = 0;
+    {
+        // (NCCL connects inside its calls, on the host, without a timeout: as kNcclInitWait)
+        InnerFatalWait w("Comm_create", kNcclConnectWait, -1);
+        ok = pg->connect(algorithms, peers, comm, ready) == NM_OK;
+    }
     std::string err;
     if (agree_min(ok, &all_ok, comm, pg->describe(), "connecting its NCCL communicator", &err) != NM_OK) {
         pg->fail(err);
@@ -223,9 +235,6 @@ void comm_connect_peers(CommState *cs)
 }
 
 static const char kCreating[] = "creating its NCCL communicator";
-static const char kNcclInitWait[] =
-    "inside NCCL's initialization of the communicator (ncclCommInitRank), which every rank of it joins: a rank whose own "
-    "initialization failed, or that is gone, leaves the others here";
 static const char kNcclSplitWait[] =
     "inside NCCL's split of the parent's NCCL communicator (ncclCommSplit, NCCLMPI_EAGER), which every rank of the "
     "parent joins: a rank whose own split failed, or that is gone, leaves the others here";
