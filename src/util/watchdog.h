@@ -48,7 +48,8 @@ public:
     WaitWatch &operator=(const WaitWatch &) = delete;
 };
 // A fatal wait of the calling thread inside its current one (the call that wait names, else
-// `call`), for the scope of this object; the outer wait then resumes (timed afresh).
+// `call`), for the scope of this object; the outer wait then resumes, timed afresh and not fatal
+// (used inside ncclmpi's own creation waits, which are not).
 class InnerFatalWait {
 public:
     InnerFatalWait(const char *call, const char *where, int comm_id)
