@@ -185,6 +185,9 @@ static const char kNcclInitWait[] =
 static const char kNcclConnectWait[] =
     "inside NCCL's calls that connect the communicator's algorithms or peers at their first use, which every rank of it "
     "joins: a rank that is gone or not calling leaves the others here";
+static const char kNcclSplitWait[] =
+    "inside NCCL's split of the parent's NCCL communicator (ncclCommSplit, NCCLMPI_EAGER), which every rank of the "
+    "parent joins: a rank whose own split failed, or that is gone, leaves the others here";
 
 // NCCL's connections made now (NCCLMPI_CONNECT), inside the creation every rank of comm is in,
 // after it agreed that all made the NCCL communicator: init: the algorithms NCCL picks for a
@@ -235,9 +238,6 @@ void comm_connect_peers(CommState *cs)
 }
 
 static const char kCreating[] = "creating its NCCL communicator";
-static const char kNcclSplitWait[] =
-    "inside NCCL's split of the parent's NCCL communicator (ncclCommSplit, NCCLMPI_EAGER), which every rank of the "
-    "parent joins: a rank whose own split failed, or that is gone, leaves the others here";
 
 // One of the creation's agreements failed or ran out (core/engine/deadline.h): cs is FAILED on
 // this rank, what pg made is aborted, and every device call on cs fails with `why`.

@@ -208,8 +208,8 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bo
     }
     // a peer's calls may wait for this rank's on the GPU: the abort ends them (on every rank,
     // each having seen the same answer) before the stream is waited for
-    if (!ok) fail(!err.empty() ? err : r != ncclSuccess ? std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r)
-                                                      : "connecting the ranks failed on another rank");
+    // (a rank whose own call failed has failed already, above)
+    if (!ok) fail(!err.empty() ? err : "connecting the ranks failed on another rank");
     cu.cuMemFreeAsync(b, stream_);
     const bool synced = cu.cuStreamSynchronize(stream_) == CUDA_SUCCESS;
     if (!ok) return NM_ERR_NCCL;
