@@ -162,8 +162,9 @@ struct fq {
     unsigned long queued, done;   /* items ever enqueued, and run to their end */
     pthread_t runner;             /* its thread, once started */
     struct fq *next_q;            /* every stream of the process (fq_all), for device-wide waits */
+    int destroyed;                /* cuStreamDestroy'ed: kept, so that a later use is caught */
 };
-static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, 0, NULL};
+static struct fq legacy_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0, 0, NULL, 0};
 static pthread_mutex_t fq_all_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fq *fq_all = &legacy_q;
 /* Device resets (cuDevicePrimaryCtxReset, the runtime's cudaDeviceReset): a new generation of the
@@ -188,6 +189,10 @@ static struct fq *q_of(CUstream s)
     if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &legacy_q;
     struct fq *q = (struct fq *)(void *)s;
     if (q->gen != fake_cuda_ctx_gen) stale("a stream");
+    if (__atomic_load_n(&q->destroyed, __ATOMIC_ACQUIRE)) {
+        fprintf(stderr, "fake_cuda: a stream used after cuStreamDestroy (the real driver crashes here)\n");
+        abort();
+    }
     return q;
 }
 static void *fq_run(void *p)
@@ -461,12 +466,12 @@ EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
     *s = (CUstream)(void *)q;
     return CUDA_SUCCESS;
 }
-/* (its thread stays, idle: a stand-in) */
+/* (its thread stays, idle, and its memory too: a later use of the handle is caught by q_of) */
 EXPORT CUresult cuStreamDestroy(CUstream s)
 {
     struct fq *q = q_of(s);
     fq_drain(q);
-    if (!q->started && q != &legacy_q) {
+    if (q != &legacy_q) {
         pthread_mutex_lock(&fq_all_mu);
         for (struct fq **pp = &fq_all; *pp; pp = &(*pp)->next_q)
             if (*pp == q) {
@@ -474,7 +479,7 @@ EXPORT CUresult cuStreamDestroy(CUstream s)
                 break;
             }
         pthread_mutex_unlock(&fq_all_mu);
-        free(q);
+        __atomic_store_n(&q->destroyed, 1, __ATOMIC_RELEASE);
     }
     return CUDA_SUCCESS;
 }

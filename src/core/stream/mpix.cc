@@ -127,6 +127,14 @@ int copy_fn(MPI_Comm, int, void *, void *in, void *out, int *flag)
 int delete_fn(MPI_Comm, int, void *v, void *)
 {
     StreamComm *sc = static_cast<StreamComm *>(v);
+    // The application may destroy a CUDA stream once it has freed the communicators and the
+    // MPIX_Stream it gave it to, while this layer's own references (a hidden duplicate's copy of
+    // the attribute) still hold it: what was enqueued on it gets its markers at every free.
+    for (ncclmpi_stream *s : sc->local)
+        if (s && s->gpu()) {
+            engine_enqueued_mark();
+            break;
+        }
     for (ncclmpi_stream *s : sc->local) stream_release(s);
     delete sc;
     return MPI_SUCCESS;
