@@ -324,11 +324,34 @@ static const char *const p_names[P_COUNT] = {"Allreduce_init", "Reduce_init", "B
     "Scatter_init", "Scan_init", "Exscan_init"};
 static int p_cnts[64], p_dsp[64];
 
+/* The persistent call's count and displacement arrays: copies that are poisoned and freed once the
+ * _init returned, as mpi4py's large-count forms do (the MPI library reads them at the _init) */
+static int *p_tmp(const int *a)
+{
+    int *t = malloc(sizeof(int) * (size_t)size);
+    if (!t) MPI_Abort(MPI_COMM_WORLD, 2);
+    memcpy(t, a, sizeof(int) * (size_t)size);
+    return t;
+}
+static int p_tmp_done(int rc, int *a, int *b)
+{
+    for (int i = 0; i < size; i++) a[i] = b ? (b[i] = -7777777) : -7777777;
+    free(a);
+    free(b);
+    return rc;
+}
+
 /* the persistent call of kind k (root 1 % size), or PMPI's blocking form of it (ref) */
 static int p_call(int k, const int *s, int *r, MPI_Datatype t2, MPI_Comm c, MPI_Request *q, int ref)
 {
     const int root = 1 % size;
     const MPI_Info I = MPI_INFO_NULL;
+    int *tc = ref ? NULL : p_tmp(p_cnts), *td = ref ? NULL : p_tmp(p_dsp);
+    if (!ref && k == P_ALLGATHERV)
+        return p_tmp_done(MPI_Allgatherv_init(s, p_cnts[rank], MPI_INT, r, tc, td, MPI_INT, c, I, q), tc, td);
+    if (!ref && k == P_REDUCE_SCATTER)
+        return p_tmp_done(MPI_Reduce_scatter_init(s, r, tc, MPI_INT, MPI_SUM, c, I, q), tc, td);
+    if (!ref) p_tmp_done(0, tc, td);
     switch (k) {
     case P_ALLREDUCE: return ref ? PMPI_Allreduce(s, r, K, MPI_INT, MPI_SUM, c) : MPI_Allreduce_init(s, r, K, MPI_INT, MPI_SUM, c, I, q);
     case P_REDUCE: return ref ? PMPI_Reduce(s, r, K, MPI_INT, MPI_SUM, root, c) : MPI_Reduce_init(s, r, K, MPI_INT, MPI_SUM, root, c, I, q);

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -47,6 +48,7 @@ struct Emul {
     bool posted = false;                 // this activation's call runs (inner, until it completed)
     int err = MPI_SUCCESS;               // how it ended (got: what it got)
     bool err_reported = false;           // (a handler saw err already)
+    std::vector<int> arrays;             // call's count and displacement arrays (keep_arrays)
 };
 
 // Keys on the private communicator (envelope.h: below NM_SELF_KEY0 are fabricated messages').
@@ -398,6 +400,32 @@ bool pers_restart_applies(const nm_op_t *o)
     return (send ? o->peer : o->rpeer) != MPI_PROC_NULL && env_comm(o->comm);
 }
 
+// The count and displacement arrays of a persistent collective's call, copied into em: the MPI
+// library consumes them at the _init call, so applications (and mpi4py's large-count forms, which
+// free their converted arrays when the _init returns) need not keep them, while each start of the
+// nonblocking form reads them again. The kinds that start their nonblocking form
+// (nm_pers_coll_restarts) with arrays: Allgatherv (one entry per rank of the remote group on an
+// intercommunicator) and Reduce_scatter (per rank of the local group).
+static void keep_arrays(Emul *em)
+{
+    nm_op_t &c = em->call;
+    const int **arr[] = {&c.scounts, &c.sdispls, &c.rcounts, &c.rdispls};
+    int n = 0, inter = 0;
+    PMPI_Comm_test_inter(c.comm, &inter);
+    if (inter && c.kind == NM_OPK_ALLGATHERV) PMPI_Comm_remote_size(c.comm, &n);
+    else PMPI_Comm_size(c.comm, &n);
+    size_t total = 0;
+    for (const int **a : arr) total += *a ? (size_t)n : 0;
+    em->arrays.resize(total);
+    int *dst = em->arrays.data();
+    for (const int **a : arr)
+        if (*a) {
+            std::copy(*a, *a + n, dst);
+            *a = dst;
+            dst += n;
+        }
+}
+
 int pers_restart_init(nm_op_t *o)
 {
     // the real MPI checks the arguments on the application's communicator (its handler reports a
@@ -426,6 +454,7 @@ int pers_restart_init(nm_op_t *o)
     em->call.stage = nullptr;
     em->call.info = MPI_INFO_NULL;
     // the application may free a derived type after the call; the request keeps its own
+    keep_arrays(em);
     if (coll) {
         keep_type(&em->call.stype, &em->dup);
         keep_type(&em->call.rtype, &em->rdup);
