@@ -403,14 +403,16 @@ def c_wrapper(r, recv_kinds):
                 "    return PMPI_%s(%s);" % (n, act),
                 "}",
                 "int nm_impl_%s(%s)" % (n, f), "{",
-                "    NM_COUNT_CALL(%s);" % fn,
-                # a receive (NM_KF_RECV) may get a point-to-point envelope (NCCLMPI_P2P_ENVELOPE),
-                # which ncclmpi decodes also where no CUDA driver is loaded, and a neighbourhood
-                # collective (NM_KF_NEIGH) then runs as point-to-point on every rank; no other
-                # call has anything to do there
-                "    if (NM_LIKELY(nm_host_fast()%s)) return PMPI_%s(%s);" % (
-                    " && !nm_envelopes_configured" if r["kind"] in recv_kinds else "", n, act),
-                "    return nm_slow_%s(%s);" % (n, act)]
+                "    NM_COUNT_CALL(%s);" % fn]
+        # a receive (NM_KF_RECV) may get a point-to-point envelope (NCCLMPI_P2P_ENVELOPE),
+        # which ncclmpi decodes also where no CUDA driver is loaded, and a neighbourhood
+        # collective (NM_KF_NEIGH) then runs as point-to-point on every rank; a persistent v/w
+        # collective restarts on every rank (route.h, nm_pers_coll_everywhere): no fast path; no
+        # other call has anything to do there
+        if not r.get("everywhere"):
+            out += ["    if (NM_LIKELY(nm_host_fast()%s)) return PMPI_%s(%s);" % (
+                " && !nm_envelopes_configured" if r["kind"] in recv_kinds else "", n, act)]
+        out += ["    return nm_slow_%s(%s);" % (n, act)]
     elif p == "RMA":
         out = device_check_wrapper(n, f, act, fn, rma_prefix(r))
     elif p == "LARGE":
@@ -726,6 +728,8 @@ def f_wrapper(r):
             bufs = [a["name"] for a in r["args"] if a["role"] in ("SBUF", "RBUF", "BUF")]
             cond = "nm_host_fast() || !nm_f_maybe_device(%s, %s)" % (
                 bufs[0], bufs[1] if len(bufs) > 1 else "NULL")
+            if r.get("everywhere"):  # (through the C wrapper on every rank: c_wrapper)
+                cond = "0"
         elif p == "PROBE":  # (with a flush when something is queued)
             cond = "!(nm_hot.queued | nm_envelopes_configured)"
         else:
@@ -827,11 +831,9 @@ def category(r, nccl, coll=(), ambig=()):
     if r["path"] == "LARGE":  # its int form's, while the counts fit an int
         return category(r["base"], nccl, coll, ambig)
     p = r["path"]
-    # persistent collectives whose ranks may differ in having data (the route's
-    # NM_WHY_PERSISTENT_COLL: the v/w forms) and persistent neighbourhood collectives (PERS
-    # REJECT rows); the other persistent collectives' starts run their
-    # nonblocking form (NM_WHY_PERSISTENT_START): that form's category
-    if r["flags"] == "PERS" and (p == "REJECT" or (p == "DATA" and r["kind"] in coll and r["kind"] in ambig)):
+    # persistent neighbourhood collectives (PERS REJECT rows); the persistent collectives' starts
+    # run their nonblocking form (NM_WHY_PERSISTENT_START): that form's category
+    if r["flags"] == "PERS" and p == "REJECT":
         return "unsupported-on-device"
     if p == "REJECT":
         return "rejected-on-device"
@@ -930,6 +932,8 @@ def main():
     outdir = argv[1]
     op_h = argv[2] if len(argv) == 3 else os.path.join(os.path.dirname(os.path.abspath(argv[0])), "..", "route", "nm_op.h")
     nccl, recv_kinds, kinds, coll, ambig = op_kinds(op_h)
+    for r in rows:  # persistent v/w collectives: ncclmpi's on every rank (route.h, nm_pers_coll_everywhere)
+        r["everywhere"] = r["flags"] == "PERS" and r["kind"] in coll and r["kind"] in ambig
     for r in rows:
         if r["kind"] not in kinds:
             sys.exit("gen_wrappers: %s: unknown operation kind %s" % (r["name"], r["kind"]))

@@ -514,8 +514,10 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     }
     const bool coll = nm_opkind_is_coll(o->kind);
     const bool agree = nm_cfg.AGREE && coll;
-    // no CUDA driver in the process: every buffer is host memory, the route is the host's
-    const bool host_only = !cuda_attached() && !nm_linkmap_refresh() && !agree;
+    // no CUDA driver in the process: every buffer is host memory, the route is the host's (but
+    // for a persistent v/w collective, whose starts every rank runs as ncclmpi's: route.h)
+    const bool host_only = !cuda_attached() && !nm_linkmap_refresh() && !agree &&
+                           !((o->flags & NM_OPF_PERS) && nm_pers_coll_everywhere(o->kind));
     // (NCCLMPI_P2P_ENVELOPE: only receives, which may get an envelope, and the host test mode's
     // sends have anything to do there, and any call while envelopes are queued)
     if (host_only && (!nm_envelopes_configured || (!receives(o) && !(o->kind == NM_OPK_SEND && nm_env_active && !env_device()) &&
@@ -702,7 +704,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         return ENTER_REAL;  // the real MPI on the host shadows, then the copy back
     }
     case NCCLMPI_ROUTE_ERROR: {
-        nm_status_t st = d.why == NM_WHY_PERSISTENT_COLL ? NM_ERR_UNSUPPORTED : d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
+        nm_status_t st = d.why == NM_WHY_FAILED ? NM_ERR_NCCL : NM_ERR_BUFFER;
         std::string why = nm_why_str(d.why);
         if (d.why == NM_WHY_FAILED && cs)
             why += " [" + cs->describe() + (cs->pg ? ": " + cs->pg->fail_reason() : !cs->why_failed.empty() ? ": " + cs->why_failed : "") + "]";

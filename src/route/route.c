@@ -71,14 +71,17 @@ nm_decision_t nm_route(const nm_route_in_t *in)
         return mk(NCCLMPI_ROUTE_STAGED, (f & NM_KF_NEIGH) ? NM_WHY_NEIGHBOR : NM_WHY_P2P, 0);
     }
     unsigned act = create_act(in) | connect_act(in);
+    /* a persistent v/w collective: every rank's starts run the nonblocking form, whatever its
+     * buffers (an empty or host rank's too: the real MPI matches a persistent collective only with
+     * the same persistent collective, and the others' starts make nonblocking calls) */
+    if ((in->flags & NM_OPF_PERS) && nm_pers_coll_everywhere(in->kind) && !in->devices_differ)
+        return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT_START, act);
     if (in->rank_kind == NM_RK_EMPTY) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_EMPTY, act);
     if (in->rank_kind == NM_RK_HOST) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_HOST_BUFFERS, act);
     if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, act);
     /* (a device rank of a persistent collective: every rank has data, all start the same
      * nonblocking form; the init itself neither creates nor connects) */
-    if (in->flags & NM_OPF_PERS)
-        return nm_pers_coll_restarts(in->kind) ? mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT_START, act)
-                                               : mk(NCCLMPI_ROUTE_ERROR, NM_WHY_PERSISTENT_COLL, act);
+    if (in->flags & NM_OPF_PERS) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT_START, act);
     if (in->force_staged) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_FORCED, act);
     /* another thread's NCCL work on some rank: nothing made now, every rank staged */
     if (in->busy && in->cap != NM_CAP_FAILED) return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_THREADS, 0);
@@ -111,8 +114,10 @@ nm_decision_t nm_route(const nm_route_in_t *in)
 int nm_pers_coll_restarts(int kind)
 {
     const unsigned f = nm_opk(kind);
-    return (f & NM_KF_COLL) && !(f & NM_KF_AMBIG) && kind != NM_OPK_BARRIER;
+    return (f & NM_KF_COLL) && kind != NM_OPK_BARRIER;
 }
+
+int nm_pers_coll_everywhere(int kind) { return nm_pers_coll_restarts(kind) && (nm_opk(kind) & NM_KF_AMBIG); }
 
 int nm_route_vote(const nm_route_in_t *in)
 {
@@ -146,7 +151,6 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
         [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
         [NM_WHY_NEIGHBOR] = "neighbourhood collective on device buffers is staged",
-        [NM_WHY_PERSISTENT_COLL] = "persistent collectives with per-rank counts (v and w forms) on device buffers are not supported",
         [NM_WHY_PERSISTENT_START] = "persistent collective on device buffers: each start runs its nonblocking form",
         [NM_WHY_PEERS] = "sends and receives not connected yet (at the next blocking alltoall, gather or scatter)",
     };

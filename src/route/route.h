@@ -61,8 +61,6 @@ typedef enum {
     NM_WHY_AGREE_NB,      /* NCCLMPI_AGREE: nonblocking collectives do not vote: staged */
     NM_WHY_ONESHOT,       /* small reduction the one-shot kernels run */
     NM_WHY_NEIGHBOR,      /* neighbourhood collective on device buffers: staged */
-    NM_WHY_PERSISTENT_COLL, /* persistent collective (MPI-4) on device buffers of a kind whose ranks
-                               may differ in having data (v/w forms): not supported */
     NM_WHY_PERSISTENT_START, /* persistent collective (MPI-4) on device buffers: each start runs its
                                 nonblocking form (nm_pers_coll_restarts) */
     NM_WHY_PEERS,         /* the communicator's sends and receives are not connected yet */
@@ -114,11 +112,14 @@ enum { NM_VOTE_STAGE = 0, NM_VOTE_NCCL = 1, NM_VOTE_ANY = 2 };
 nm_decision_t nm_route(const nm_route_in_t *in);
 /* Whether a persistent collective (MPI-4 MPI_<coll>_init) of this kind on device buffers runs its
  * nonblocking form at each MPI_Start (the application's request completing when that call did):
- * a collective with buffers whose ranks all have data or all have none (every count known to every
- * rank). Not the v/w forms where a rank may have none while others have some (NM_KF_AMBIG): an
- * empty rank's call goes to the real MPI's persistent collective, which does not match the others'
- * nonblocking one; those stay refused (NM_WHY_PERSISTENT_COLL). */
+ * every collective with buffers. */
 int nm_pers_coll_restarts(int kind);
+/* Whether every rank's persistent collective of this kind does so, whatever its buffers: the v/w
+ * forms, where a rank may have no data while others have some (NM_KF_AMBIG). Such a rank cannot
+ * tell that the others' buffers are device memory, and the real MPI matches a persistent
+ * collective only with the same persistent collective; the nonblocking forms match on every route
+ * ("Ranks with nothing to contribute", doc/design.md). */
+int nm_pers_coll_everywhere(int kind);
 
 /* This rank's vote before an agreed blocking collective. */
 int nm_route_vote(const nm_route_in_t *in);

@@ -111,30 +111,33 @@ static void test_route(void)
     in = dev_coll(NM_OPK_SEND);
     in.flags = NM_OPF_PERS;
     CHECK(nm_route(&in).route == NCCLMPI_ROUTE_STAGED && nm_route(&in).why == NM_WHY_PERSISTENT);
-    /* persistent collectives (MPI-4 _init): on device buffers each start runs the nonblocking form
-     * (kinds whose ranks all have data or all none), the v/w forms where a rank may have none fail
-     * with MPI_ERR_UNSUPPORTED_OPERATION; host buffers go to the real MPI; the init neither
+    /* persistent collectives (MPI-4 _init): on device buffers each start runs the nonblocking
+     * form; host buffers go to the real MPI, but for the v/w forms where a rank may have none
+     * while others have some: those restart on every rank, whatever its buffers; the init neither
      * creates nor connects an NCCL communicator (it is not where a device rank's peers make theirs) */
     for (int c = 0; c < 6; c++)
         for (int k = 1; k < NM_OPK_COUNT; k++) {
             if (!nm_opkind_is_coll(k) || k == NM_OPK_BARRIER) continue;
             const int ambig = (nm_opk(k) & NM_KF_AMBIG) != 0;
-            CHECK(nm_pers_coll_restarts(k) == !ambig);
+            CHECK(nm_pers_coll_restarts(k) && nm_pers_coll_everywhere(k) == ambig);
             in = dev_coll(k);
             in.flags = NM_OPF_PERS;
             in.cap = all_caps[c];
             in.peers_cold = 1;
             const nm_decision_t d = nm_route(&in);
             CHECK(d.act == 0);
-            CHECK(ambig ? d.route == NCCLMPI_ROUTE_ERROR && d.why == NM_WHY_PERSISTENT_COLL
-                        : d.route == NCCLMPI_ROUTE_STAGED && d.why == NM_WHY_PERSISTENT_START);
-            in.rank_kind = NM_RK_HOST;
-            CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_route(&in).act == 0);
-            in.rank_kind = NM_RK_EMPTY;
-            CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST && nm_route(&in).act == 0);
+            CHECK(d.route == NCCLMPI_ROUTE_STAGED && d.why == NM_WHY_PERSISTENT_START);
+            for (int rk = 0; rk < 2; rk++) {
+                in.rank_kind = rk ? NM_RK_EMPTY : NM_RK_HOST;
+                const nm_decision_t h = nm_route(&in);
+                CHECK(h.act == 0);
+                CHECK(ambig ? h.route == NCCLMPI_ROUTE_STAGED && h.why == NM_WHY_PERSISTENT_START : h.route == NCCLMPI_ROUTE_HOST);
+            }
+            in.disable = 1;  /* (NCCLMPI_DISABLE, alike on every rank) */
+            CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST);
         }
     CHECK(!nm_pers_coll_restarts(NM_OPK_BARRIER) && !nm_pers_coll_restarts(NM_OPK_SEND) &&
-          !nm_pers_coll_restarts(NM_OPK_NEIGHBOR_ALLGATHER));
+          !nm_pers_coll_restarts(NM_OPK_NEIGHBOR_ALLGATHER) && !nm_pers_coll_everywhere(NM_OPK_NEIGHBOR_ALLGATHERV));
     /* lifecycle: a blocking device collective creates, a nonblocking one marks pending and is
      * staged, the next blocking collective of any kind creates */
     in = dev_coll(NM_OPK_ALLREDUCE);

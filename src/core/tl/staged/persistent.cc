@@ -49,6 +49,7 @@ struct Emul {
     int err = MPI_SUCCESS;               // how it ended (got: what it got)
     bool err_reported = false;           // (a handler saw err already)
     std::vector<int> arrays;             // call's count and displacement arrays (keep_arrays)
+    std::vector<MPI_Datatype> stypes, rtypes, type_dups;  // its datatype arrays, and their duplicates
 };
 
 // Keys on the private communicator (envelope.h: below NM_SELF_KEY0 are fabricated messages').
@@ -214,6 +215,7 @@ void release(Pers &p)
         free(p.em->tmp);
         if (p.em->dup != MPI_DATATYPE_NULL) PMPI_Type_free(&p.em->dup);
         if (p.em->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&p.em->rdup);
+        for (MPI_Datatype &d : p.em->type_dups) PMPI_Type_free(&d);
         delete p.em;
     }
     if (p.stage) stage_release(p.stage);
@@ -400,29 +402,47 @@ bool pers_restart_applies(const nm_op_t *o)
     return (send ? o->peer : o->rpeer) != MPI_PROC_NULL && env_comm(o->comm);
 }
 
-// The count and displacement arrays of a persistent collective's call, copied into em: the MPI
-// library consumes them at the _init call, so applications (and mpi4py's large-count forms, which
-// free their converted arrays when the _init returns) need not keep them, while each start of the
-// nonblocking form reads them again. The kinds that start their nonblocking form
-// (nm_pers_coll_restarts) with arrays: Allgatherv (one entry per rank of the remote group on an
-// intercommunicator) and Reduce_scatter (per rank of the local group).
+// The count, displacement and datatype arrays of a persistent collective's call, copied into em
+// (derived types in them kept by a duplicate each): the MPI library consumes them at the _init
+// call, so applications (and mpi4py's large-count forms, which free their converted arrays when the
+// _init returns) need not keep them, while each start of the nonblocking form reads them again.
+// Only the arrays the call reads on this rank: a v form's at its root only (rooted kinds), a send
+// side's not when it is MPI_IN_PLACE; one entry per rank of the group the call addresses (the
+// remote group on an intercommunicator; Reduce_scatter: the local one).
 static void keep_arrays(Emul *em)
 {
     nm_op_t &c = em->call;
-    const int **arr[] = {&c.scounts, &c.sdispls, &c.rcounts, &c.rdispls};
-    int n = 0, inter = 0;
+    int n = 0, inter = 0, rank = -1;
     PMPI_Comm_test_inter(c.comm, &inter);
-    if (inter && c.kind == NM_OPK_ALLGATHERV) PMPI_Comm_remote_size(c.comm, &n);
+    if (inter && c.kind != NM_OPK_REDUCE_SCATTER) PMPI_Comm_remote_size(c.comm, &n);
     else PMPI_Comm_size(c.comm, &n);
+    PMPI_Comm_rank(c.comm, &rank);
+    const bool root = inter ? c.root == MPI_ROOT : c.root == rank;
+    const bool send = c.sbuf != MPI_IN_PLACE && (c.kind != NM_OPK_SCATTERV || root);
+    const bool recv = c.kind != NM_OPK_GATHERV || root;
+    const int **arr[] = {send ? &c.scounts : nullptr, send ? &c.sdispls : nullptr, recv ? &c.rcounts : nullptr,
+                         recv ? &c.rdispls : nullptr};
     size_t total = 0;
-    for (const int **a : arr) total += *a ? (size_t)n : 0;
+    for (const int **a : arr) total += a && *a ? (size_t)n : 0;
     em->arrays.resize(total);
     int *dst = em->arrays.data();
     for (const int **a : arr)
-        if (*a) {
+        if (a && *a) {
             std::copy(*a, *a + n, dst);
             *a = dst;
             dst += n;
+        }
+    const MPI_Datatype **types[] = {send ? &c.stypes : nullptr, recv ? &c.rtypes : nullptr};
+    for (const MPI_Datatype **t : types)
+        if (t && *t) {
+            std::vector<MPI_Datatype> &v = t == types[0] ? em->stypes : em->rtypes;
+            v.assign(*t, *t + n);
+            for (MPI_Datatype &d : v) {
+                MPI_Datatype dup = MPI_DATATYPE_NULL;
+                keep_type(&d, &dup);
+                if (dup != MPI_DATATYPE_NULL) em->type_dups.push_back(dup);
+            }
+            *t = v.data();
         }
 }
 
@@ -465,6 +485,7 @@ int pers_restart_init(nm_op_t *o)
     if (rc != MPI_SUCCESS) {
         if (em->dup != MPI_DATATYPE_NULL) PMPI_Type_free(&em->dup);
         if (em->rdup != MPI_DATATYPE_NULL) PMPI_Type_free(&em->rdup);
+        for (MPI_Datatype &d : em->type_dups) PMPI_Type_free(&d);
         delete em;
         return rc;
     }
