@@ -568,7 +568,7 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         return ENTER_DONE;
     }
     Turn turn;  // (given back when the call returns: its NCCL work is done by then)
-    if (NM_UNLIKELY(turns_on) && nm_turn_applies(&in, d)) {
+    if (NM_UNLIKELY(turns_on) && ((in.stream_comm = comm_carries_streams(o->comm)), nm_turn_applies(&in, d))) {
         nm_flush();
         if (!take_turn(o, cs, &in, &turn, rc)) return ENTER_DONE;
         if (in.busy) d = nm_route(&in);

@@ -98,6 +98,8 @@ typedef struct nm_route_in {
                           the communicator's NCCL side, changed only by NM_ACT_CONNECT */
     int busy;          /* NCCLMPI_RENDEZVOUS: the ranks' turn found some process with NCCL work of
                           another thread (agreed: MIN over ranks; see nm_turn_applies) */
+    int stream_comm;   /* the communicator carries MPIX streams (made by MPIX_Stream_comm_create
+                          or duplicated from one): shared; read by nm_turn_applies only */
 } nm_route_in_t;
 
 typedef struct nm_decision {

@@ -72,6 +72,10 @@ int nm_turn_applies(const nm_route_in_t *in, nm_decision_t d)
 {
     if (in->flags & (NM_OPF_NB | NM_OPF_PERS)) return 0;
     if (!(nm_opk(in->kind) & NM_KF_COLL) || in->cap == NM_CAP_INTER) return 0;
+    /* a communicator of MPIX streams: its MPIX_*_enqueue calls never wait for the peers on the
+     * host (a turn's agreement would), and a rank's plain call there matches the others'
+     * enqueued ones; the application orders its streams' work, as with NCCL itself */
+    if (in->stream_comm) return 0;
     if (d.act & (NM_ACT_CREATE | NM_ACT_CONNECT)) return 1;
     return (d.route == NCCLMPI_ROUTE_NCCL || d.route == NCCLMPI_ROUTE_ONESHOT) && !(d.act & NM_ACT_CARRIER);
 }

@@ -785,6 +785,15 @@ static void test_turns(void)
     in.peers_cold = 1;
     d = nm_route(&in);
     CHECK((d.act & NM_ACT_CONNECT) && nm_turn_applies(&in, d) == 1);
+    /* a communicator of MPIX streams: none, neither for a launch nor for a creation */
+    in.stream_comm = 1;
+    CHECK(nm_turn_applies(&in, d) == 0);
+    in = dev_coll(NM_OPK_ALLREDUCE);
+    in.stream_comm = 1;
+    CHECK(nm_route(&in).route == NCCLMPI_ROUTE_NCCL && nm_turn_applies(&in, nm_route(&in)) == 0);
+    in.cap = NM_CAP_UNKNOWN;
+    d = nm_route(&in);
+    CHECK((d.act & NM_ACT_CREATE) && nm_turn_applies(&in, d) == 0);
 }
 
 int main(void)

@@ -34,6 +34,9 @@ extern thread_local Enqueue *nm_enqueue_now __attribute__((tls_model("initial-ex
 bool enqueue_direct_ok(const Enqueue *e, const CommState *cs, const BufRef *b, int nb);
 // Wait on the host until the stream's work so far has completed, keeping MPI moving.
 nm_status_t enqueue_sync(Enqueue *e);
+// Whether comm was made by MPIX_Stream_comm_create(_multiplex), or duplicated from one: a fact
+// every rank of it shares (each rank's communicator carries the attribute, a null stream too).
+bool comm_carries_streams(MPI_Comm comm);
 
 }  // namespace ncclmpi
 #endif

@@ -238,6 +238,8 @@ bool enqueue_direct_ok(const Enqueue *e, const CommState *cs, const BufRef *b, i
     return true;
 }
 
+bool comm_carries_streams(MPI_Comm comm) { return stream_comm(comm) != nullptr; }
+
 nm_status_t enqueue_sync(Enqueue *e)
 {
     CUresult q = cu.cuStreamQuery(e->stream);
