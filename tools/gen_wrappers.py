@@ -795,8 +795,8 @@ COVERAGE_DOC = """\
 #                       MPI_Parrived that finds it, the whole buffer at the completion)
 #   rejected-on-device  device buffers fail with MPI_ERR_BUFFER; never passed to the MPI
 #   unsupported-on-device  device buffers fail with MPI_ERR_UNSUPPORTED_OPERATION; never passed
-#                       to the MPI (MPI-4 persistent collectives with per-rank counts, the v/w
-#                       forms; persistent neighbourhood collectives)
+#                       to the MPI (the MPI-4 large-count persistent collectives with count
+#                       arrays)
 #   device-window       one-sided data calls: a target window in device memory is read and
 #                       written through CUDA IPC (ranks on one node); device origin buffers with
 #                       a host-memory target window are copied through host memory
@@ -932,8 +932,9 @@ def main():
     outdir = argv[1]
     op_h = argv[2] if len(argv) == 3 else os.path.join(os.path.dirname(os.path.abspath(argv[0])), "..", "route", "nm_op.h")
     nccl, recv_kinds, kinds, coll, ambig = op_kinds(op_h)
-    for r in rows:  # persistent v/w collectives: ncclmpi's on every rank (route.h, nm_pers_coll_everywhere)
-        r["everywhere"] = r["flags"] == "PERS" and r["kind"] in coll and r["kind"] in ambig
+    neigh = {k for k in kinds if k.startswith("NEIGHBOR_")}
+    for r in rows:  # persistent v/w and neighbourhood collectives: ncclmpi's on every rank (route.h, nm_pers_coll_everywhere)
+        r["everywhere"] = r["path"] == "DATA" and r["flags"] == "PERS" and (r["kind"] in coll and r["kind"] in ambig or r["kind"] in neigh)
     for r in rows:
         if r["kind"] not in kinds:
             sys.exit("gen_wrappers: %s: unknown operation kind %s" % (r["name"], r["kind"]))

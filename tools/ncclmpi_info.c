@@ -183,8 +183,8 @@ static void print_functions(void)
                            "    neighbourhood collectives as such messages where envelopes reach device memory, else staged"},
         {"staged", "device buffers through host copies and the real MPI"},
         {"rejected-on-device", "device buffers refused with MPI_ERR_BUFFER, never passed to the real MPI"},
-        {"unsupported-on-device", "device buffers refused with MPI_ERR_UNSUPPORTED_OPERATION (MPI-4 persistent\n"
-                                  "    collectives with per-rank counts, partitioned communication), never passed to the real MPI"},
+        {"unsupported-on-device", "device buffers refused with MPI_ERR_UNSUPPORTED_OPERATION (MPI-4 large-count\n"
+                                  "    persistent collectives with count arrays), never passed to the real MPI"},
         {"device-window", "one-sided: windows in device memory through CUDA IPC (one node), device origins staged"},
         {"flush-only", "no buffer; launches queued device work, then the real MPI"},
         {"host-only", "no buffer; the real MPI (completion and lifecycle calls)"},

@@ -507,7 +507,9 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
     // every rank's neighbourhood collective, host or device buffers, where it runs as
     // point-to-point (neighbor.h: agreed, whatever this rank's buffers); at depth 0, since its
     // messages run as the application's own calls
-    if (NM_UNLIKELY(nm_opk(o->kind) & NM_KF_NEIGH) && initialized && !finalized && neigh_applies(o->comm)) {
+    // (a persistent one restarts its nonblocking form, which comes here: route.h)
+    if (NM_UNLIKELY(nm_opk(o->kind) & NM_KF_NEIGH) && !(o->flags & NM_OPF_PERS) && initialized && !finalized &&
+        neigh_applies(o->comm)) {
         nm_trace_call(o->fn);
         *rc = neigh_run(o);
         return ENTER_DONE;

@@ -1,6 +1,6 @@
 // ncclmpi: calls whose buffers ncclmpi does not run on device memory (the REJECT rows of
-// mpi_api.def: MPI_Win_attach, MPI_Buffer_attach; the MPI-4 persistent neighbourhood collectives
-// and partitioned calls, with MPI_ERR_UNSUPPORTED_OPERATION; the RMA rows' device origin buffers where the
+// mpi_api.def: MPI_Win_attach, MPI_Buffer_attach; the MPI-4 large-count persistent collectives
+// with count arrays, with MPI_ERR_UNSUPPORTED_OPERATION; the RMA rows' device origin buffers where the
 // window has no device memory: core/tl/rma/window.cc; the MPI-4 large-count forms' counts above
 // INT_MAX on device buffers, with MPI_ERR_COUNT: the LARGE rows). A non-CUDA-aware MPI handed a
 // device pointer crashes or reads garbage; these calls fail with MPI_ERR_BUFFER instead, and the

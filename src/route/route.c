@@ -64,6 +64,10 @@ nm_decision_t nm_route(const nm_route_in_t *in)
     const int nb = (in->flags & NM_OPF_NB) != 0;
     if (in->disable) return mk(NCCLMPI_ROUTE_HOST, NM_WHY_DISABLED, 0);
     if (!(f & NM_KF_COLL)) {
+        /* a persistent neighbourhood collective: every rank's starts run the nonblocking form
+         * (as the v/w forms below) */
+        if ((in->flags & NM_OPF_PERS) && nm_pers_coll_everywhere(in->kind) && !in->devices_differ)
+            return mk(NCCLMPI_ROUTE_STAGED, NM_WHY_PERSISTENT_START, 0);
         if (in->rank_kind != NM_RK_DEVICE)
             return mk(NCCLMPI_ROUTE_HOST, in->rank_kind == NM_RK_EMPTY ? NM_WHY_EMPTY : NM_WHY_HOST_BUFFERS, 0);
         if (in->devices_differ) return mk(NCCLMPI_ROUTE_ERROR, NM_WHY_DEVICES, 0);
@@ -114,10 +118,14 @@ nm_decision_t nm_route(const nm_route_in_t *in)
 int nm_pers_coll_restarts(int kind)
 {
     const unsigned f = nm_opk(kind);
-    return (f & NM_KF_COLL) && kind != NM_OPK_BARRIER;
+    return ((f & NM_KF_COLL) && kind != NM_OPK_BARRIER) || (f & NM_KF_NEIGH);
 }
 
-int nm_pers_coll_everywhere(int kind) { return nm_pers_coll_restarts(kind) && (nm_opk(kind) & NM_KF_AMBIG); }
+int nm_pers_coll_everywhere(int kind)
+{
+    const unsigned f = nm_opk(kind);
+    return nm_pers_coll_restarts(kind) && (f & (NM_KF_AMBIG | NM_KF_NEIGH));
+}
 
 int nm_route_vote(const nm_route_in_t *in)
 {

@@ -114,13 +114,14 @@ enum { NM_VOTE_STAGE = 0, NM_VOTE_NCCL = 1, NM_VOTE_ANY = 2 };
 nm_decision_t nm_route(const nm_route_in_t *in);
 /* Whether a persistent collective (MPI-4 MPI_<coll>_init) of this kind on device buffers runs its
  * nonblocking form at each MPI_Start (the application's request completing when that call did):
- * every collective with buffers. */
+ * every collective with buffers, neighbourhood collectives included. */
 int nm_pers_coll_restarts(int kind);
 /* Whether every rank's persistent collective of this kind does so, whatever its buffers: the v/w
- * forms, where a rank may have no data while others have some (NM_KF_AMBIG). Such a rank cannot
- * tell that the others' buffers are device memory, and the real MPI matches a persistent
- * collective only with the same persistent collective; the nonblocking forms match on every route
- * ("Ranks with nothing to contribute", doc/design.md). */
+ * forms, where a rank may have no data while others have some (NM_KF_AMBIG), and the
+ * neighbourhood collectives (a rank's neighbours' buffers are theirs). Such a rank cannot tell
+ * that the others' buffers are device memory, and the real MPI matches a persistent collective
+ * only with the same persistent collective; the nonblocking forms match on every route ("Ranks
+ * with nothing to contribute", doc/design.md; neighbor.h). */
 int nm_pers_coll_everywhere(int kind);
 
 /* This rank's vote before an agreed blocking collective. */

@@ -198,11 +198,13 @@ static inline const char *tu_object_of(const char *sym)
 }
 
 /* The route a host-buffer call of fn takes: the host's, but for the persistent collectives with
- * per-rank counts, which every rank runs as restarted nonblocking calls whatever its buffers
+ * per-rank counts and the persistent neighbourhood collectives, which every rank runs as restarted nonblocking calls whatever its buffers
  * (route.h, nm_pers_coll_everywhere), counted on the staged route */
 static inline int tu_host_route(const char *fn)
 {
-    static const char *const restarted[] = {"Gatherv_init", "Scatterv_init", "Alltoallv_init", "Alltoallw_init"};
+    static const char *const restarted[] = {"Gatherv_init", "Scatterv_init", "Alltoallv_init", "Alltoallw_init",
+                                            "Neighbor_allgather_init", "Neighbor_allgatherv_init", "Neighbor_alltoall_init",
+                                            "Neighbor_alltoallv_init", "Neighbor_alltoallw_init"};
     for (size_t i = 0; i < sizeof(restarted) / sizeof(restarted[0]); i++)
         if (!strcmp(fn, restarted[i])) return NCCLMPI_ROUTE_STAGED;
     return NCCLMPI_ROUTE_HOST;

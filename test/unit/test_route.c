@@ -137,7 +137,19 @@ static void test_route(void)
             CHECK(nm_route(&in).route == NCCLMPI_ROUTE_HOST);
         }
     CHECK(!nm_pers_coll_restarts(NM_OPK_BARRIER) && !nm_pers_coll_restarts(NM_OPK_SEND) &&
-          !nm_pers_coll_restarts(NM_OPK_NEIGHBOR_ALLGATHER) && !nm_pers_coll_everywhere(NM_OPK_NEIGHBOR_ALLGATHERV));
+          !nm_pers_coll_everywhere(NM_OPK_ALLREDUCE) && !nm_pers_coll_everywhere(NM_OPK_BARRIER));
+    /* persistent neighbourhood collectives: restarted on every rank, whatever its buffers */
+    for (int i = 0; i < 5; i++) {
+        const int k = NM_OPK_NEIGHBOR_ALLGATHER + i;
+        CHECK((nm_opk(k) & NM_KF_NEIGH) && nm_pers_coll_restarts(k) && nm_pers_coll_everywhere(k));
+        for (int rk = 0; rk < 3; rk++) {
+            in = dev_coll(k);
+            in.flags = NM_OPF_PERS;
+            in.rank_kind = rk == 0 ? NM_RK_DEVICE : rk == 1 ? NM_RK_HOST : NM_RK_EMPTY;
+            const nm_decision_t d = nm_route(&in);
+            CHECK(d.route == NCCLMPI_ROUTE_STAGED && d.why == NM_WHY_PERSISTENT_START && d.act == 0);
+        }
+    }
     /* lifecycle: a blocking device collective creates, a nonblocking one marks pending and is
      * staged, the next blocking collective of any kind creates */
     in = dev_coll(NM_OPK_ALLREDUCE);

@@ -66,6 +66,25 @@ void neigh_comm_created(MPI_Comm comm)
     cs->neigh = n;
 }
 
+void neigh_degrees(MPI_Comm comm, int *in, int *out)
+{
+    int topo = MPI_UNDEFINED, weighted = 0;
+    *in = *out = 0;
+    PMPI_Topo_test(comm, &topo);
+    if (topo == MPI_CART) {
+        int nd = 0;
+        PMPI_Cartdim_get(comm, &nd);
+        *in = *out = 2 * nd;
+    } else if (topo == MPI_GRAPH) {
+        int rank = 0;
+        PMPI_Comm_rank(comm, &rank);
+        PMPI_Graph_neighbors_count(comm, rank, in);
+        *out = *in;
+    } else if (topo == MPI_DIST_GRAPH) {
+        PMPI_Dist_graph_neighbors_count(comm, in, out, &weighted);
+    }
+}
+
 void neigh_comm_freed(CommState *cs)
 {
     Neighbors *n = cs->neigh;

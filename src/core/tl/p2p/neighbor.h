@@ -34,6 +34,9 @@ void neigh_comm_created(MPI_Comm comm);
 void neigh_comm_freed(CommState *cs);
 // Whether comm's neighbourhood collectives run as point-to-point.
 bool neigh_applies(MPI_Comm comm);
+// The number of blocks comm's neighbourhood collectives receive (*in) and send (*out) on this
+// rank: its topology's in- and out-degree (a Cartesian one: 2 per dimension); 0 without one.
+void neigh_degrees(MPI_Comm comm, int *in, int *out);
 // Run it: MPI_SUCCESS, or an MPI error code raised through o->comm's handler. Called at depth 0
 // (its messages are run as the application's own calls).
 int neigh_run(nm_op_t *o);

@@ -14,6 +14,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/task.h"
 #include "core/tl/p2p/envelope.h"
+#include "core/tl/p2p/neighbor.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "route/route.h"
@@ -50,6 +51,7 @@ struct Emul {
     bool err_reported = false;           // (a handler saw err already)
     std::vector<int> arrays;             // call's count and displacement arrays (keep_arrays)
     std::vector<MPI_Datatype> stypes, rtypes, type_dups;  // its datatype arrays, and their duplicates
+    std::vector<MPI_Aint> sadispls, radispls;  // its byte displacements (MPI_Neighbor_alltoallw)
 };
 
 // Keys on the private communicator (envelope.h: below NM_SELF_KEY0 are fabricated messages').
@@ -395,7 +397,8 @@ int pers_recv_init_envelope(nm_op_t *o, Stage *s, void *target)
 bool pers_restart_applies(const nm_op_t *o)
 {
     if (!(o->flags & NM_OPF_PERS)) return false;
-    if (nm_opkind_is_coll(o->kind)) return nm_pers_coll_restarts(o->kind) != 0;  // (route: NM_WHY_PERSISTENT_START)
+    if (nm_opkind_is_coll(o->kind) || (nm_opk(o->kind) & NM_KF_NEIGH))
+        return nm_pers_coll_restarts(o->kind) != 0;  // (route: NM_WHY_PERSISTENT_START)
     if (!env_on()) return false;
     const bool send = o->kind == NM_OPK_SEND && o->fn != NM_FN_Bsend_init;  // (buffered: stays staged)
     if (!send && o->kind != NM_OPK_RECV) return false;
@@ -408,7 +411,8 @@ bool pers_restart_applies(const nm_op_t *o)
 // _init returns) need not keep them, while each start of the nonblocking form reads them again.
 // Only the arrays the call reads on this rank: a v form's at its root only (rooted kinds), a send
 // side's not when it is MPI_IN_PLACE; one entry per rank of the group the call addresses (the
-// remote group on an intercommunicator; Reduce_scatter: the local one).
+// remote group on an intercommunicator; Reduce_scatter: the local one; a neighbourhood
+// collective: one per neighbour, its in-degree for the receive side, its out-degree for the send).
 static void keep_arrays(Emul *em)
 {
     nm_op_t &c = em->call;
@@ -417,26 +421,37 @@ static void keep_arrays(Emul *em)
     if (inter && c.kind != NM_OPK_REDUCE_SCATTER) PMPI_Comm_remote_size(c.comm, &n);
     else PMPI_Comm_size(c.comm, &n);
     PMPI_Comm_rank(c.comm, &rank);
+    int ns = n, nr = n;  // the send side's entries and the receive side's
+    if (nm_opk(c.kind) & NM_KF_NEIGH) neigh_degrees(c.comm, &nr, &ns);  // (its out- and in-degree)
     const bool root = inter ? c.root == MPI_ROOT : c.root == rank;
     const bool send = c.sbuf != MPI_IN_PLACE && (c.kind != NM_OPK_SCATTERV || root);
     const bool recv = c.kind != NM_OPK_GATHERV || root;
     const int **arr[] = {send ? &c.scounts : nullptr, send ? &c.sdispls : nullptr, recv ? &c.rcounts : nullptr,
                          recv ? &c.rdispls : nullptr};
+    const int len[] = {ns, ns, nr, nr};
     size_t total = 0;
-    for (const int **a : arr) total += a && *a ? (size_t)n : 0;
+    for (int i = 0; i < 4; i++) total += arr[i] && *arr[i] ? (size_t)len[i] : 0;
     em->arrays.resize(total);
     int *dst = em->arrays.data();
-    for (const int **a : arr)
-        if (a && *a) {
-            std::copy(*a, *a + n, dst);
-            *a = dst;
-            dst += n;
+    for (int i = 0; i < 4; i++)
+        if (arr[i] && *arr[i]) {
+            std::copy(*arr[i], *arr[i] + len[i], dst);
+            *arr[i] = dst;
+            dst += len[i];
+        }
+    // (MPI_Neighbor_alltoallw: byte displacements of type MPI_Aint)
+    const MPI_Aint **aarr[] = {send ? &c.sadispls : nullptr, recv ? &c.radispls : nullptr};
+    for (int i = 0; i < 2; i++)
+        if (aarr[i] && *aarr[i]) {
+            std::vector<MPI_Aint> &v = i == 0 ? em->sadispls : em->radispls;
+            v.assign(*aarr[i], *aarr[i] + (i == 0 ? ns : nr));
+            *aarr[i] = v.data();
         }
     const MPI_Datatype **types[] = {send ? &c.stypes : nullptr, recv ? &c.rtypes : nullptr};
     for (const MPI_Datatype **t : types)
         if (t && *t) {
             std::vector<MPI_Datatype> &v = t == types[0] ? em->stypes : em->rtypes;
-            v.assign(*t, *t + n);
+            v.assign(*t, *t + (t == types[0] ? ns : nr));
             for (MPI_Datatype &d : v) {
                 MPI_Datatype dup = MPI_DATATYPE_NULL;
                 keep_type(&d, &dup);
@@ -456,7 +471,7 @@ int pers_restart_init(nm_op_t *o)
     int rc = nm_real_fns[o->fn](&c);
     if (rc != MPI_SUCCESS) return rc;
     PMPI_Request_free(&check);
-    const bool coll = nm_opkind_is_coll(o->kind);
+    const bool coll = nm_opkind_is_coll(o->kind) || (nm_opk(o->kind) & NM_KF_NEIGH);
     const int nbfn = coll ? coll_nb_fn(o->kind) : o->fn == NM_FN_Recv_init ? NM_FN_Irecv
                                                 : o->fn == NM_FN_Ssend_init ? NM_FN_Issend
                                                 : o->fn == NM_FN_Rsend_init ? NM_FN_Irsend
