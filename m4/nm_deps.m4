@@ -266,3 +266,22 @@ int PMPI_Pready_list(int length, const int array_of_partitions[], MPI_Request re
   AC_DEFINE_UNQUOTED([NM_PREADY_LIST_CONST], [$nm_pready_const],
     [const where the MPI declares MPI_Pready_list's partition list const (the table's row)])
 ])
+
+# NM_CHECK_MPI_REVOKE: whether the MPI has ULFM's revocation of a communicator: MPIX_Comm_revoke
+# (Open MPI 5, declared in <mpi-ext.h>; MPICH, in <mpi.h>) or MPI_Comm_revoke. NM_REVOKE_FN: the
+# one it has; NM_HAVE_REVOKE: the test of calls on a revoked communicator
+# (test/unit/revoke.sh) is built (Open MPI 4.1 has neither).
+AC_DEFUN([NM_CHECK_MPI_REVOKE], [
+  AC_MSG_CHECKING([for ULFM's revocation of a communicator (MPIX_Comm_revoke, MPI_Comm_revoke)])
+  NM_REVOKE_FN=""
+  for nm_fn in MPIX_Comm_revoke MPI_Comm_revoke; do
+    AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif]], [[int (*volatile f)(MPI_Comm) = $nm_fn; return f == 0;]])],
+      [NM_REVOKE_FN=$nm_fn; break])
+  done
+  AS_IF([test -n "$NM_REVOKE_FN"], [AC_MSG_RESULT([$NM_REVOKE_FN])], [AC_MSG_RESULT([no])])
+  AM_CONDITIONAL([NM_HAVE_REVOKE], [test -n "$NM_REVOKE_FN"])
+  AC_SUBST([NM_REVOKE_FN])
+])

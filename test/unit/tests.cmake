@@ -76,6 +76,10 @@ set_tests_properties(mpi_teardown PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETUR
 # the MPI-4 calls of the table on device buffers (stand-in driver); 77 where the MPI lacks them
 add_test(mpi_mpi4_device sh "${S}/test/unit/mpi4_device.sh" "${B}")
 set_tests_properties(mpi_mpi4_device PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
+# calls with MPI_PROC_NULL on a revoked communicator (ULFM) give the real MPI's MPI_ERR_REVOKED
+# (stand-in driver); 77 where the MPI has no MPIX_Comm_revoke
+add_test(mpi_revoke sh "${S}/test/unit/revoke.sh" "${B}")
+set_tests_properties(mpi_revoke PROPERTIES LABELS "mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
 # relinking in each way the README shows, right and wrong, with and without --as-needed: the
 # layer is there (NCCLMPI_STATS) or the user is told (ncclmpi_check, the start-up warning)
 add_test(mpi_link_order sh "${S}/test/unit/link_order.sh" "${B}" "${S}")

@@ -1502,8 +1502,11 @@ void env_comm_freed(MPI_Comm comm)
 void env_gate_hold_mt(const nm_op_t *o)
 {
     // (receives that post to the real MPI: not Mrecv, whose message is matched, nor persistent
-    // ones, whose starts hold it themselves)
-    if (nm_env_gate || !posts_receive(o) || (o->flags & NM_OPF_PERS)) return;
+    // ones, whose starts hold it themselves, nor one from MPI_PROC_NULL, which matches no message:
+    // the real MPI's own call, not env_gate_post's nonblocking form, keeps the blocking call's
+    // checks; Open MPI 5's MPI_Recv reports ULFM's MPI_ERR_REVOKED on a revoked communicator
+    // there, its MPI_Irecv and MPI_Wait do not)
+    if (nm_env_gate || !posts_receive(o) || (o->flags & NM_OPF_PERS) || o->rpeer == MPI_PROC_NULL) return;
     gate.lock_shared();
     nm_env_gate = 1;
 }

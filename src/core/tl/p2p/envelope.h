@@ -174,7 +174,8 @@ int env_recv_bytes(MPI_Comm comm, int src, int tag, void *buf, size_t cap, MPI_R
 }  // namespace ncclmpi
 extern "C" __thread int nm_env_gate __attribute__((tls_model("initial-exec")));  // this thread holds it
 namespace ncclmpi {
-// o: the call's descriptor (only receives that post to the real MPI take it).
+// o: the call's descriptor (only receives that post to the real MPI take it, not one from
+// MPI_PROC_NULL).
 void env_gate_hold_mt(const nm_op_t *o);
 inline void env_gate_hold(const nm_op_t *o)
 {
