@@ -284,4 +284,15 @@ AC_DEFUN([NM_CHECK_MPI_REVOKE], [
   AS_IF([test -n "$NM_REVOKE_FN"], [AC_MSG_RESULT([$NM_REVOKE_FN])], [AC_MSG_RESULT([no])])
   AM_CONDITIONAL([NM_HAVE_REVOKE], [test -n "$NM_REVOKE_FN"])
   AC_SUBST([NM_REVOKE_FN])
+  # whether a communicator is revoked (Open MPI 5's PMPIX_Comm_is_revoked): a blocking receive
+  # that ncclmpi posts as MPI_Irecv + MPI_Wait asks first (core/tl/p2p/envelope.cc)
+  AC_MSG_CHECKING([for PMPIX_Comm_is_revoked])
+  nm_is_revoked=0
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif]], [[int flag = 0; return PMPIX_Comm_is_revoked(MPI_COMM_WORLD, &flag);]])], [nm_is_revoked=1])
+  AS_IF([test $nm_is_revoked = 1], [AC_MSG_RESULT([yes])], [AC_MSG_RESULT([no])])
+  AC_DEFINE_UNQUOTED([NM_BUILD_HAVE_COMM_IS_REVOKED], [$nm_is_revoked],
+    [1 where the MPI has PMPIX_Comm_is_revoked (ULFM, Open MPI 5)])
 ])

@@ -15,7 +15,9 @@
  * REVOKE_THREAD_MULTIPLE set: at MPI_THREAD_MULTIPLE (as mpi4py initialises), where a receive
  * may take ncclmpi's receive gate (envelope.h). "revoke_prog: ok" when all is right; exit 77 when
  * the real MPI's MPI_Barrier on the revoked dup does not report MPI_ERR_REVOKED (revocation not
- * on); built where the MPI has a revocation (configure: NM_REVOKE_FN). */
+ * on); then a blocking MPI_Recv from the rank itself on the revoked communicator must fail with
+ * MPI_ERR_REVOKED at once (it waited for ever at MPI_THREAD_MULTIPLE with envelopes on); built
+ * where the MPI has a revocation (configure: NM_REVOKE_FN). */
 #include <cuda.h>
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
@@ -166,6 +168,16 @@ int main(int argc, char **argv)
             bad = 1;
         } else {
             calls(comm, rank, 1, bufs[b].name, bufs[b].p, bufs[b].count, t);
+            /* a blocking receive from a rank (itself) fails at once as the real MPI's does
+             * (ncclmpi posts gated receives as MPI_Irecv + MPI_Wait, which Open MPI 5.0.11 never
+             * completes on a revoked communicator: it asks first) */
+            int cls = -1, rc2 = MPI_Recv(bufs[b].p, bufs[b].count, t, rank, 7, comm, MPI_STATUS_IGNORE);
+            MPI_Error_class(rc2, &cls);
+            if (cls != MPI_ERR_REVOKED) {
+                printf("revoke_prog: rank %d: MPI_Recv from itself (%s buffer), revoked: class %d; expected MPI_ERR_REVOKED\n",
+                       rank, bufs[b].name, cls);
+                bad = 1;
+            }
         }
         MPI_Comm_free(&comm);
     }

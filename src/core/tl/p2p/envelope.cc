@@ -32,6 +32,10 @@
 #include "util/config.h"
 #include "util/log.h"
 
+#if NM_BUILD_HAVE_COMM_IS_REVOKED
+extern "C" int PMPIX_Comm_is_revoked(MPI_Comm comm, int *flag);  // (Open MPI's <mpi-ext.h>)
+#endif
+
 namespace ncclmpi {
 
 namespace {
@@ -1518,13 +1522,27 @@ void env_gate_drop()
     gate.unlock_shared();
 }
 
+// Whether comm is revoked (ULFM): Open MPI 5.0.11 answers a blocking receive there with
+// MPI_ERR_REVOKED at once, but never completes an MPI_Irecv posted after the revocation
+static bool revoked(MPI_Comm comm)
+{
+#if NM_BUILD_HAVE_COMM_IS_REVOKED
+    int flag = 0;
+    return comm != MPI_COMM_NULL && PMPIX_Comm_is_revoked(comm, &flag) == MPI_SUCCESS && flag;
+#else
+    (void)comm;
+    return false;
+#endif
+}
+
 int env_gate_post(nm_op_t *o)
 {
     const bool blocking = !(o->flags & NM_OPF_NB) && posts_receive(o);
     std::vector<char> packed;  // Sendrecv_replace: what it sends
     int pos = 0;
     const bool replace = blocking && o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL;
-    if (!blocking || (replace && !pack_replaced(o, &packed, &pos))) {
+    // (on a revoked communicator the real MPI's blocking call fails at once: made as it is)
+    if (!blocking || (replace && !pack_replaced(o, &packed, &pos)) || revoked(o->comm)) {
         // a post already (or arguments the real MPI rejects before it matches anything)
         const int rc = nm_real_fns[o->fn](o);
         env_gate_drop();
