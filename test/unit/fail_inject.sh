@@ -11,10 +11,16 @@
 # "runs" fails nothing: a datatype of more than 65536 runs on one rank alone must work.
 # A failed NCCL call of a coalesced burst (burst) ends on the peers through the failing rank's
 # notice, heard while they wait for the next group's agreement round.
-# A failed NCCL call of the creation's connection ladder (create) ends on the peers that wait on
-# the host inside their own call for its connection: the failing rank aborts its communicator
-# before it agrees, which closes its connections (the stand-in NCCL: a peer's connection wait
-# fails once the rank it waits for has aborted).
+# A failed NCCL call of the creation's connection ladder (create) can leave a peer inside its own
+# call of that step, waiting on the host for the failing rank's side of a connection at first
+# use. A peer's ncclCommAbort does not end that wait (measured on an H100, NCCL 2.28.3, 2 ranks,
+# socket transport, test/gpu/nccl_abort_probe.c: the waiting rank's first collective or
+# send/receive was still inside NCCL 6 s after its peer's abort; the stand-in NCCL waits on as
+# well), so no class reaches that peer: the ladder's wait is fatal, and with NCCLMPI_TIMEOUT=3 the
+# job must end within the time limit with an error naming it (doc/design.md, "Failures end in
+# errors"). Each NCCL call of the failing rank's ladder window is failed that way; a case that
+# ends cleanly instead (a failure every rank learns at the step's agreement, none of them blocked
+# in NCCL) must pass as the other cases do. Every case says how it ended.
 # ncclCommInitRankConfig failing on one rank leaves its peers inside NCCL's own initialization,
 # which nothing can end but the job's end: with NCCLMPI_TIMEOUT the job must end, with an error
 # naming that wait, instead of hanging (doc/design.md, "Failures end in errors").
@@ -27,6 +33,8 @@ export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 NCCLMPI_ONE
 calls='cuMemAlloc|cuMemAllocAsync|cuMemAllocHost|cuMemHostAlloc|cuMemcpy|cuMemcpyAsync|cuMemcpy2DAsync|cuMemsetD8Async|cuLaunchKernel|cuEventCreate|cuEventRecord|cuStreamWriteValue64|ncclGetUniqueId|ncclGroupStart|ncclGroupEnd|ncclAllReduce|ncclBroadcast|ncclReduce|ncclAllGather|ncclReduceScatter|ncclSend|ncclRecv'
 fail=0
 cases=0
+# the watchdog's text for the ladder's fatal wait (kNcclConnectWait, src/core/comm/comm_state.cc)
+ladder_wait="connect the communicator's algorithms or peers at their first use"
 # run NP SCENARIO: the program, FAKE_FAIL as set by the caller; 1 on a hang or a crash
 run() {
   TMPDIR="$d" timeout -k 5 45 "$b/test/run_mpi.sh" "$1" preload "$prog" "$2" >"$d/out" 2>"$d/err"
@@ -49,30 +57,60 @@ verdict() {
   fi
   echo "fail_inject: $2: class $classes on every rank, fresh communicator ok"
 }
+# window NP RANK SCENARIO: a traced run without failures, which must pass; $d/calls then holds
+# FAKE_FAIL specs of the first call of each kind RANK makes inside the scenario's window
+window() {
+  FAKE_FAIL_TRACE=1 run "$1" "$3"
+  verdict "$1" "$3, $1 ranks, no failure" || return 1
+  awk -v r="$2" -v pat="^($calls)\$" '
+    $0 ~ "^fail_inject: r" r " window begin" { w = 1 }
+    $0 ~ "^fail_inject: r" r " window end" { w = 0 }
+    w && $1 == "fake_fail" && $2 == "r" r && $3 ~ pat && !seen[$3]++ { print $3 ":" r ":" $4 }' "$d/err" >"$d/calls"
+}
 # matrix NP RANK SCENARIO [nonccl]: each kind of call of RANK's window failed in turn (nonccl:
 # except the NCCL calls)
 matrix() {
   np=$1 r=$2 sc=$3 skip='^$'
   [ "${4:-}" = nonccl ] && skip='^nccl'
-  FAKE_FAIL_TRACE=1 run "$np" "$sc"
-  if ! verdict "$np" "$sc, $np ranks, no failure"; then return; fi
-  awk -v r="$r" -v pat="^($calls)\$" '
-    $0 ~ "^fail_inject: r" r " window begin" { w = 1 }
-    $0 ~ "^fail_inject: r" r " window end" { w = 0 }
-    w && $1 == "fake_fail" && $2 == "r" r && $3 ~ pat && !seen[$3]++ { print $3 ":" r ":" $4 }' "$d/err" |
-    grep -v "$skip" >"$d/cases"
+  window "$np" "$r" "$sc" || return
+  grep -v "$skip" "$d/calls" >"$d/cases"
   for spec in $(cat "$d/cases"); do
     cases=$((cases + 1))
     FAKE_FAIL=$spec run "$np" "$sc"
     verdict "$np" "$sc, $np ranks, FAKE_FAIL=$spec"
   done
 }
-matrix 2 1 create
+# ladder NP RANK: each NCCL call of RANK's creation window failed in turn, with NCCLMPI_TIMEOUT=3:
+# the job ends through the ladder's fatal wait, naming it, or cleanly as a matrix case
+ladder() {
+  np=$1 r=$2
+  window "$np" "$r" create || return
+  grep '^nccl' "$d/calls" >"$d/cases"
+  for spec in $(cat "$d/cases"); do
+    cases=$((cases + 1))
+    t0=$(date +%s)
+    NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec run "$np" create
+    took=$(($(date +%s) - t0))
+    if [ $rc = 0 ]; then
+      verdict "$np" "create, $np ranks, NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec: ended cleanly in $took s" || true
+    elif [ $rc != 124 ] && [ $rc != 137 ] && grep -q "$ladder_wait" "$d/err"; then
+      echo "fail_inject: create, $np ranks, NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec: the job ended in $took s (exit $rc) naming the ladder's fatal wait"
+    else
+      echo "fail_inject: FAIL: create, $np ranks, NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec: exit $rc after $took s$([ $rc = 124 ] && echo ': timed out, a hang'), no fatal wait of the ladder reported"
+      sed -n '/^fail_inject/p' "$d/out" | head -10
+      grep -v '^fake_fail' "$d/err" | tail -8
+      fail=1
+    fi
+  done
+}
+matrix 2 1 create nonccl
+ladder 2 1
 matrix 2 1 allreduce
 matrix 2 0 bcast
 matrix 2 1 iallreduce
 matrix 2 1 burst
-matrix 3 0 create
+matrix 3 0 create nonccl
+ladder 3 0
 matrix 3 2 allreduce
 matrix 3 1 bcast
 matrix 3 0 burst

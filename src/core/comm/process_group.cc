@@ -197,9 +197,10 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bo
     // learn it at once, instead of waiting for it in that call on the GPU or in the next one's
     // connection on the host (NCCL connects an algorithm at its first use, without a timeout).
     // About 30 small allreduces at creation, which takes milliseconds anyway. A rank whose call
-    // failed aborts its NCCL communicator before it agrees: a peer may be inside its own call,
-    // waiting on the host for this rank's side of a connection, and the abort closes this rank's
-    // connections, which ends that wait with an error (doc/design.md, "Failures end in errors").
+    // failed aborts its NCCL communicator before it agrees, which frees its resources; a peer
+    // inside its own call, waiting on the host for this rank's side of a connection, stays there
+    // (NCCL 2.28.3 on an H100: a peer's abort does not end that wait), which is why the ladder is a
+    // fatal wait (kNcclConnectWait; doc/design.md, "NCCL's own waits").
     ncclResult_t r = ncclSuccess;
     bool ok = true;
     for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) {
