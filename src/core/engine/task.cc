@@ -13,7 +13,6 @@
 #include "core/engine/engine.h"
 #include "core/nvtx.h"
 #include "core/tl/p2p/envelope.h"
-#include "core/tl/staged/persistent.h"
 #include "core/tl/staged/staging.h"
 #include "interpose/interpose.h"
 #include "util/config.h"
@@ -254,6 +253,9 @@ bool task_take_failure(MPI_Request req, int *code, bool *reported)
     return true;
 }
 
+static const RequestTable *above;  // (set once, when the library loads)
+void tasks_set_request_table(const RequestTable *t) { above = t; }
+
 bool own_request_done(MPI_Request *r, MPI_Status *st, int *err, bool *reported)
 {
     *err = MPI_SUCCESS;
@@ -438,7 +440,7 @@ void tasks_progress()
     pending.resize(keep);
     if (env_on()) stage_pulls_issue();  // the envelope payloads this sweep pulls, in one launch
     if (!retired.empty()) tasks_reap();
-    pers_progress();
+    if (above) above->progress();
     env_releases_hold(false);
     env_progress();
 }
@@ -458,7 +460,7 @@ void tasks_drain()
         sched_yield();
     }
     tasks_reap();
-    pers_drain();
+    if (above) above->drain();
 }
 
 // The tasks of these requests whose ops are still queued; by communicator, the highest sequence.
@@ -511,7 +513,7 @@ extern "C" void nm_progress_fn(int fn)
 
 extern "C" int nm_tasks_owns(int n, const MPI_Request *reqs)
 {
-    if (pers_owns(n, reqs)) return 1;
+    if (above && above->owns(n, reqs)) return 1;
     {
         MtLock<std::recursive_mutex> g(tasks_mu);
         for (const Task *t : pending)
@@ -662,7 +664,7 @@ static int report_many(Reporting &r, int m, const int *idx, MPI_Status *sts, int
 class PersScope {
   public:
     PersScope(const Reporting &r, int n, const MPI_Request *reqs, bool many)
-        : r_(r), n_(n), after_(reqs), any_(pers_owns(n, reqs)), many_(many)
+        : r_(r), n_(n), after_(reqs), any_(above && above->owns(n, reqs)), many_(many)
     {
     }
     MPI_Status *statuses(MPI_Status *user, int n)
@@ -681,7 +683,7 @@ class PersScope {
             const int i = idx ? idx[k] : k;
             if (i < 0 || i >= n_) continue;
             const bool failed = call_failed || (rc == MPI_ERR_IN_STATUS && sts[k].MPI_ERROR != MPI_SUCCESS);
-            const int e = pers_completed(r_.before(i), failed ? nullptr : &sts[k], after_[i] == MPI_REQUEST_NULL);
+            const int e = above->completed(r_.before(i), failed ? nullptr : &sts[k], after_[i] == MPI_REQUEST_NULL);
             if (many_ && !failed) sts[k].MPI_ERROR = e;  // (read only when the call fails)
             if (first == MPI_SUCCESS) first = e;
         }

@@ -128,6 +128,18 @@ bool own_request_done(MPI_Request *r, MPI_Status *st, int *err, bool *reported);
 int own_requests_wait(int n, MPI_Request *r, const char *call);
 // Wait for every outstanding task (MPI_Finalize).
 void tasks_drain();
+// The requests a layer above the tasks holds (the staged persistent requests of
+// tl/staged/persistent.cc, which registers its table when the library loads): moved along at each
+// sweep of tasks_progress, drained after the tasks at MPI_Finalize, and completed with the Wait and
+// Test forms. That layer completes its own calls through own_request_done; registering keeps this
+// file from calling back into it.
+struct RequestTable {
+    void (*progress)();
+    void (*drain)();
+    bool (*owns)(int n, const MPI_Request *reqs);  // whether one of reqs[0..n) is one of its
+    int (*completed)(MPI_Request req, MPI_Status *st, bool gone);  // after a form completed req
+};
+void tasks_set_request_table(const RequestTable *t);
 // An MPI error code of class `cls` whose MPI_Error_string is `msg` (one code per message).
 int nm_error_code(int cls, const char *msg);
 int nm_error_class(nm_status_t st);

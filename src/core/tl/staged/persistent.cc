@@ -676,6 +676,14 @@ void pers_drain()
 
 using namespace ncclmpi;
 
+namespace {
+// this table's requests, moved along, drained and completed by the tasks' calls (task.h)
+const RequestTable pers_table{pers_progress, pers_drain, pers_owns, pers_completed};
+struct PersTableRegistered {
+    PersTableRegistered() { tasks_set_request_table(&pers_table); }
+} pers_table_registered;
+}  // namespace
+
 extern "C" int nm_pers_start(MPI_Request *request, int *rc) { return nm_pers_startall(1, request, rc); }
 
 extern "C" int nm_pers_startall(int count, MPI_Request reqs[], int *rc)
