@@ -159,7 +159,7 @@ const char *nm_why_str(nm_why_t why)
         [NM_WHY_AGREE_NB] = "NCCLMPI_AGREE: nonblocking collectives are staged",
         [NM_WHY_ONESHOT] = "small reduction: one-shot kernel",
         [NM_WHY_NEIGHBOR] = "neighbourhood collective on device buffers is staged",
-        [NM_WHY_PERSISTENT_START] = "persistent collective on device buffers: each start runs its nonblocking form",
+        [NM_WHY_PERSISTENT_START] = "persistent collective: each start runs its nonblocking form",
         [NM_WHY_PEERS] = "sends and receives not connected yet (at the next blocking alltoall, gather or scatter)",
     };
     return (why >= 0 && why < NM_WHY_COUNT_ && s[why]) ? s[why] : "?";
