@@ -824,7 +824,7 @@ def op_kinds(nm_op_h):
         sys.exit("gen_wrappers: no NM_OPK_TABLE rows in " + nm_op_h)
     with_fact = lambda fact: {k for k, facts in kinds if fact in facts}
     return (with_fact("NM_KF_NCCL"), with_fact("NM_KF_RECV") | with_fact("NM_KF_NEIGH"), {k for k, _ in kinds},
-            with_fact("NM_KF_COLL"), with_fact("NM_KF_AMBIG"))
+            with_fact("NM_KF_COLL"), with_fact("NM_KF_AMBIG"), with_fact("NM_KF_NEIGH"))
 
 
 def category(r, nccl, coll=(), ambig=()):
@@ -931,8 +931,7 @@ def main():
     rows = [r for r in rows if keep(r)]
     outdir = argv[1]
     op_h = argv[2] if len(argv) == 3 else os.path.join(os.path.dirname(os.path.abspath(argv[0])), "..", "route", "nm_op.h")
-    nccl, recv_kinds, kinds, coll, ambig = op_kinds(op_h)
-    neigh = {k for k in kinds if k.startswith("NEIGHBOR_")}
+    nccl, recv_kinds, kinds, coll, ambig, neigh = op_kinds(op_h)
     for r in rows:  # persistent v/w and neighbourhood collectives: ncclmpi's on every rank (route.h, nm_pers_coll_everywhere)
         r["everywhere"] = r["path"] == "DATA" and r["flags"] == "PERS" and (r["kind"] in coll and r["kind"] in ambig or r["kind"] in neigh)
     for r in rows:

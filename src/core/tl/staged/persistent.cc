@@ -416,6 +416,8 @@ bool pers_restart_applies(const nm_op_t *o)
 static void keep_arrays(Emul *em)
 {
     nm_op_t &c = em->call;
+    if (!c.scounts && !c.sdispls && !c.rcounts && !c.rdispls && !c.sadispls && !c.radispls && !c.stypes && !c.rtypes)
+        return;  // (a form of scalar counts, or a point-to-point call)
     int n = 0, inter = 0, rank = -1;
     PMPI_Comm_test_inter(c.comm, &inter);
     if (inter && c.kind != NM_OPK_REDUCE_SCATTER) PMPI_Comm_remote_size(c.comm, &n);
