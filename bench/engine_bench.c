@@ -538,6 +538,61 @@ int main(int argc, char **argv)
                    "cudaEventQuery (complete) %.0f; cuStreamWriteValue64 legacy %.0f, on a stream %.0f; "
                    "empty ncclGroupStart/End %.0f; Grequest start+complete+Wait %.0f; Iprobe(COMM_SELF) %.0f\n",
                    rec_legacy, rec_s, wait_ev, query, wv_legacy, wv_s, group, greq, iprobe);
+            /* the completion tests a blocking call could use, on an idle stream and on one held
+             * back by a wait on a host word (not ready); and the pointer queries that classify
+             * a buffer (three attributes, as ncclmpi asks, against one) */
+            typedef int (*wait32_t)(void *, unsigned long long, unsigned, unsigned);
+            typedef int (*pga_t)(unsigned, int *, void **, unsigned long long);
+            typedef int (*pg1_t)(void *, int, unsigned long long);
+            wait32_t w32 = drv ? (wait32_t)dlsym(drv, "cuStreamWaitValue32_v2") : NULL;
+            pga_t pga = drv ? (pga_t)dlsym(drv, "cuPointerGetAttributes") : NULL;
+            pg1_t pg1 = drv ? (pg1_t)dlsym(drv, "cuPointerGetAttribute") : NULL;
+            double sq_idle = -1, sq_busy = -1, eq_busy = -1, pq3_dev = -1, pq1_dev = -1, pq3_host = -1, pq1_host = -1;
+            a = bench_now();
+            for (int i = 0; i < N; i++) cudaStreamQuery(cudaStreamLegacy);
+            sq_idle = (bench_now() - a) * 1e9 / N;
+            volatile unsigned *hold = NULL;
+            void *dhold = NULL;
+            if (w32 && cudaHostAlloc((void **)&hold, 64, cudaHostAllocMapped) == cudaSuccess &&
+                cudaHostGetDevicePointer(&dhold, (void *)hold, 0) == cudaSuccess) {
+                *hold = 0;
+                w32(s, (unsigned long long)(uintptr_t)dhold, 1, 0 /* GEQ */);
+                CK(cudaEventRecord(ev, s));
+                a = bench_now();
+                int nr = 0;
+                for (int i = 0; i < N; i++) nr += cudaStreamQuery(s) == cudaErrorNotReady;
+                sq_busy = (bench_now() - a) * 1e9 / N;
+                a = bench_now();
+                for (int i = 0; i < N; i++) nr += cudaEventQuery(ev) == cudaErrorNotReady;
+                eq_busy = (bench_now() - a) * 1e9 / N;
+                *hold = 1;
+                CK(cudaStreamSynchronize(s));
+                if (nr != 2 * N) sq_busy = eq_busy = -1;  /* (the wait did not hold the stream) */
+                cudaFreeHost((void *)hold);
+            }
+            if (pga && pg1) {
+                int attrs[3] = {2 /* MEMORY_TYPE */, 9 /* DEVICE_ORDINAL */, 8 /* IS_MANAGED */};
+                unsigned type = 0, managed = 0;
+                int ord = -1;
+                void *vals[3] = {&type, &ord, &managed};
+                char *hostp = malloc(1 << 20);  /* (a large malloc: mmap'd, outside the known ranges) */
+                a = bench_now();
+                for (int i = 0; i < N; i++) pga(3, attrs, vals, (unsigned long long)(uintptr_t)buf[0]);
+                pq3_dev = (bench_now() - a) * 1e9 / N;
+                a = bench_now();
+                for (int i = 0; i < N; i++) pg1(&type, 2, (unsigned long long)(uintptr_t)buf[0]);
+                pq1_dev = (bench_now() - a) * 1e9 / N;
+                a = bench_now();
+                for (int i = 0; i < N; i++) pga(3, attrs, vals, (unsigned long long)(uintptr_t)hostp);
+                pq3_host = (bench_now() - a) * 1e9 / N;
+                a = bench_now();
+                for (int i = 0; i < N; i++) pg1(&type, 2, (unsigned long long)(uintptr_t)hostp);
+                pq1_host = (bench_now() - a) * 1e9 / N;
+                free(hostp);
+            }
+            printf("primitives (ns/call): cudaStreamQuery idle legacy %.0f, not ready %.0f; cudaEventQuery not ready %.0f; "
+                   "pointer query 3 attributes device %.0f, host %.0f; 1 attribute device %.0f, host %.0f\n",
+                   sq_idle, sq_busy, eq_busy, pq3_dev, pq3_host, pq1_dev, pq1_host);
             CK(cudaEventDestroy(ev));
         }
     }
