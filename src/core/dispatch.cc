@@ -42,6 +42,7 @@
 namespace ncclmpi {
 
 extern int nm_thread_multiple;
+extern int nm_thread_single;
 
 static __thread int depth __attribute__((tls_model("initial-exec")));
 struct DepthGuard {
@@ -187,6 +188,7 @@ static void init_locked()
     int provided = MPI_THREAD_SINGLE;
     PMPI_Query_thread(&provided);
     nm_thread_multiple = provided == MPI_THREAD_MULTIPLE;
+    nm_thread_single = provided == MPI_THREAD_SINGLE;
     // MPI_Finalize deletes MPI_COMM_SELF's attributes first: our teardown runs there for every
     // language binding, before the real finalize.
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete_fn, &self_keyval, nullptr);

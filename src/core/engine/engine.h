@@ -23,8 +23,9 @@
 
 namespace ncclmpi {
 
-// The real MPI runs at MPI_THREAD_MULTIPLE (set at MPI_Init).
+// The real MPI runs at MPI_THREAD_MULTIPLE; at MPI_THREAD_SINGLE (set at MPI_Init).
 extern int nm_thread_multiple;
+extern int nm_thread_single;
 
 // Whether an operation may wait for the rank's next MPI call before it goes out (a nonblocking
 // collective queued for coalescing, a nonblocking send in the envelopes' send queue). Not under
