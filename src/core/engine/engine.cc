@@ -215,9 +215,12 @@ static inline __attribute__((always_inline)) nm_status_t nccl_group(Op *const *o
     if (fused && st == NM_OK && (st = fusion->prepare(ops + b, pg, s, &recs)) != NM_OK)
         *err = std::string("fused allreduces: ") + nm_status_str(st);
     if (st != NM_OK || !any_nccl) return st;
-    NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
+    // one NCCL call: NCCL makes it a group of its own (no group of ours around it, as an
+    // application calling NCCL once would do: 0.1 us less per blocking call)
+    const bool single = recs.size() == 1 && !fused;
+    if (!single) NM_NCCL_CHECK(nccl.ncclGroupStart(), { *err = "ncclGroupStart failed"; return NM_ERR_NCCL; });
     const ncclResult_t ie = nccl_issue(recs.data(), recs.size(), pg.nccl_comm(), s);
-    const ncclResult_t ge = nccl.ncclGroupEnd();
+    const ncclResult_t ge = single ? ncclSuccess : nccl.ncclGroupEnd();
     const ncclResult_t r = ie != ncclSuccess ? ie : ge;
     if (r != ncclSuccess && r != ncclInProgress) {
         *err = std::string(ie != ncclSuccess ? "an NCCL call of the group: " : "ncclGroupEnd: ") + nccl.ncclGetErrorString(r) + " (" +
