@@ -5,8 +5,10 @@
 #   - each nonblocking call outside an explicit group records its own point (automatic coalescing
 #     keeps every call's place in the application's stream order): N events for N calls;
 #   - an explicit group records one, at ncclmpi_group_end: N / 64 for groups of 64;
-#   - a blocking call runs on the legacy stream itself: no ordering event; the program runs at one
-#     rank, whose communicator completes by an event (not a flag), recorded there: N in all;
+#   - a blocking call runs on the legacy stream itself: no ordering event; and at MPI_THREAD_SINGLE
+#     (the program's MPI_Init) it completes by querying that stream: no event at all. With
+#     NCCLMPI_STREAM_QUERY=0 it completes by an event (one rank's communicator uses events, not
+#     flags), recorded there: N in all;
 #   - NCCLMPI_STREAM_ORDER=0 records none.
 b=$1
 d="$b/order_events_test"
@@ -29,7 +31,8 @@ expect() {  # KIND WANT [SETTING]
 expect burst $n
 expect iallreduce $n
 expect group $((n / 64))
-expect allreduce $n
+expect allreduce 0
+NCCLMPI_STREAM_QUERY=0 expect allreduce $n NCCLMPI_STREAM_QUERY=0
 NCCLMPI_STREAM_ORDER=0 expect burst 0 NCCLMPI_STREAM_ORDER=0
 NCCLMPI_STREAM_ORDER=0 expect group 0 NCCLMPI_STREAM_ORDER=0
-echo "order_events: $n nonblocking calls record $n points, $((n / 64)) explicit groups of 64 one each, blocking calls only their completion"
+echo "order_events: $n nonblocking calls record $n points, $((n / 64)) explicit groups of 64 one each, blocking calls none (their completion event with NCCLMPI_STREAM_QUERY=0)"
