@@ -4,8 +4,8 @@
  *  - (2 ranks) a receive of more than 2^31 bytes through a non-contiguous datatype (every other
  *    float) of a contiguous send: with NCCLMPI_P2P_ENVELOPE=device the sender's envelope must be
  *    found (a pack of the whole buffer with an int capacity failed: the payload was never pulled);
- *  - (2 ranks, with envelopes) a persistent receive of more than 2^31 bytes: MPI_ERR_COUNT, said
- *    clearly (its emulation forwards with an int count), never a wrapped count.
+ *  - (2 ranks, with envelopes) a persistent receive of more than 2^31 bytes: refused with
+ *    MPI_ERR_COUNT, or started and received whole, never a wrapped count.
  * Needs about 4 x 2.2 GiB of device and host memory per rank. Exits 77 without a GPU. */
 #include "gpu_common.h"
 
@@ -72,23 +72,53 @@ static void big_strided_recv(void)
     MPI_Type_free(&every_other);
 }
 
-/* a persistent receive of more than 2^31 bytes where envelopes are on: MPI_ERR_COUNT or success */
+/* a persistent receive of more than 2^31 bytes where envelopes are on: its init refuses it with
+ * MPI_ERR_COUNT (a receive forwarded with an int count), or it succeeds and a start receives the
+ * message whole (ncclmpi restarts it as the MPI_Irecv it stands for); never a wrapped count. Rank
+ * 0 sends only where rank 1's init succeeded. */
 static void big_persistent(void)
 {
-    if (rank != 1) return;
-    float *d;
+    if (rank > 1) {
+        int ok = 0;
+        MPI_Bcast(&ok, 1, MPI_INT, 1, MPI_COMM_WORLD);
+        return;
+    }
     const size_t bytes = NF * sizeof(float);
+    float *d, *h = malloc(bytes);
     CUDACHECK(cudaMalloc((void **)&d, bytes));
     MPI_Request q = MPI_REQUEST_NULL;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    const int rc = MPI_Recv_init(d, (int)NF, MPI_FLOAT, 0, 9, MPI_COMM_WORLD, &q);
-    int cls = MPI_SUCCESS;
-    if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
-    const char *env = getenv("NCCLMPI_P2P_ENVELOPE");
-    if (env && strcmp(env, "off")) GPU_CHECK(cls == MPI_ERR_COUNT, "MPI_Recv_init of %zu bytes with envelopes: class %d, want MPI_ERR_COUNT", bytes, cls);
+    int ok = 0;
+    if (rank == 1) {
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        const int rc = MPI_Recv_init(d, (int)NF, MPI_FLOAT, 0, 9, MPI_COMM_WORLD, &q);
+        int cls = MPI_SUCCESS;
+        if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+        GPU_CHECK(cls == MPI_SUCCESS || cls == MPI_ERR_COUNT, "MPI_Recv_init of %zu bytes: class %d, want success or MPI_ERR_COUNT",
+                  bytes, cls);
+        ok = rc == MPI_SUCCESS;
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 1, MPI_COMM_WORLD);
+    if (ok && rank == 0) {
+        for (size_t i = 0; i < NF; i++) h[i] = val(i, 4);
+        CUDACHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+        GPU_CHECK(MPI_Send(d, (int)NF, MPI_FLOAT, 1, 9, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Send of %zu bytes", bytes);
+    } else if (ok) {
+        CUDACHECK(cudaMemset(d, 0xff, bytes));
+        MPI_Status st;
+        GPU_CHECK(MPI_Start(&q) == MPI_SUCCESS && MPI_Wait(&q, &st) == MPI_SUCCESS, "a start of the persistent receive of %zu bytes",
+                  bytes);
+        MPI_Count n = 0;
+        MPI_Get_elements_x(&st, MPI_BYTE, &n);
+        GPU_CHECK((size_t)n == bytes, "the persistent receive of %zu bytes: the status counts %lld", bytes, (long long)n);
+        CUDACHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        while (bad < NF && h[bad] == val(bad, 4)) bad++;
+        GPU_CHECK(bad == NF, "the persistent receive of %zu bytes: float %zu wrong (%g)", bytes, bad, bad < NF ? h[bad] : 0);
+    }
     if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     CUDACHECK(cudaFree(d));
+    free(h);
 }
 
 int main(int argc, char **argv)

@@ -247,7 +247,7 @@ foreach(np 1 2)
                        ENVIRONMENT "MPIX_STREAM_THREADS=1")
 endforeach()
 # messages above 2^31 bytes (issue 38, 4d): the staged pipeline, and at 2 ranks a receive through a
-# non-contiguous datatype with device envelopes and a persistent receive (MPI_ERR_COUNT)
+# non-contiguous datatype with device envelopes and a persistent receive (refused with MPI_ERR_COUNT, or started and received whole)
 foreach(np 1 2)
   add_test(gpu_big_np${np} ${GRUN} ${np} "${B}/test/gpu/gpu_big")
   set_tests_properties(gpu_big_np${np} PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77
