@@ -82,6 +82,21 @@ Pool pools[64];
 // The copy events of pool p (made in the current context, its device's), their handles written
 // into its head. false: none (the device cannot share events, or the driver refused): every
 // envelope then waits for its payload's copy.
+// A copy between a pool's head and host memory, complete when it returns, on a stream of its own
+// that does not follow the legacy stream: a synchronous copy (cuMemcpy) or a wait for the legacy
+// stream would wait for whatever the application queued there, possibly work that waits for this
+// very call to return (a send's first pool, a receive's first pull from a peer's pool, inside
+// MPI_Waitall). The head depends on nothing the application queued.
+bool head_copy(CUdeviceptr dst, const void *src, size_t n)
+{
+    CUstream s = nullptr;
+    const bool ok = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                    cu.cuMemcpyAsync(dst, (CUdeviceptr)(uintptr_t)src, n, s) == CUDA_SUCCESS &&
+                    cu.cuStreamSynchronize(s) == CUDA_SUCCESS;
+    if (s) cu.cuStreamDestroy(s);
+    return ok;
+}
+
 bool pool_slots(Pool &p)
 {
     int ok = 0;
@@ -95,10 +110,8 @@ bool pool_slots(Pool &p)
         if (cu.cuEventCreate(&p.slot_ev[n], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
             cu.cuIpcGetEventHandle(&h[n], p.slot_ev[n]) != CUDA_SUCCESS)
             break;
-    // (a copy from pageable memory may return before it lands: the head is complete before any
-    // envelope names a slot)
-    if (n == NM_ENV_SLOTS && cu.cuMemcpy(p.base, (CUdeviceptr)(uintptr_t)h, sizeof(h)) == CUDA_SUCCESS &&
-        cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS) {
+    // (the head is complete before any envelope names a slot)
+    if (n == NM_ENV_SLOTS && head_copy(p.base, h, sizeof(h))) {
         for (int i = NM_ENV_SLOTS; i-- > 0;) p.slot_free.push_back(i);
         return true;
     }
@@ -256,7 +269,7 @@ CUevent slot_event(const Envelope &e, int own_pool)
     PeerPool *pp = peer_pool(e);
     if (!pp) return nullptr;
     if (!pp->head_read) {
-        if (cu.cuMemcpy((CUdeviceptr)(uintptr_t)pp->head, pp->base, sizeof(pp->head)) != CUDA_SUCCESS) return nullptr;
+        if (!head_copy((CUdeviceptr)(uintptr_t)pp->head, (const void *)(uintptr_t)pp->base, sizeof(pp->head))) return nullptr;
         pp->head_read = true;
     }
     if (!pp->ev[e.slot] && cu.cuIpcOpenEventHandle(&pp->ev[e.slot], pp->head[e.slot]) != CUDA_SUCCESS) {
