@@ -691,6 +691,20 @@ static void wait_later(void *a)
     while (!rec_is_done(r)) sched_yield();
 }
 static struct frec *latest(CUevent e) { return __atomic_load_n(&((struct fev *)(void *)e)->latest, __ATOMIC_ACQUIRE); }
+/* A test's hold on the legacy stream (FAKE_CUDA_ASYNC=1): work that waits there until *release is
+ * nonzero, as an application's kernel that waits for its host (test/unit/legacy_hold_prog.c).
+ * Everything queued on the legacy stream later, and every wait for it, waits behind it. */
+static void hold_later(void *a)
+{
+    volatile int *release = *(volatile int **)a;
+    while (!__atomic_load_n(release, __ATOMIC_ACQUIRE)) sched_yield();
+}
+EXPORT int fake_cuda_hold_legacy(volatile int *release)
+{
+    if (!async_on()) return 0;
+    fake_cuda_enqueue(CU_STREAM_LEGACY, hold_later, &release, sizeof(release));
+    return 1;
+}
 /* events recorded on the legacy stream (bench/device_overhead prints how many a call made) */
 EXPORT unsigned long fake_cuda_legacy_records;
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)

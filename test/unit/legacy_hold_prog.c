@@ -1,0 +1,92 @@
+/* legacy_hold_prog: device point-to-point while the application holds the legacy stream, on the
+ * stand-in CUDA driver (test/unit/fake_cuda.c, FAKE_CUDA_ASYNC=1; its device memory is host
+ * memory, so the program fills and checks it directly), run by test/unit/legacy_hold.sh with
+ * device envelopes over the stand-in's CUDA IPC. Each round: every rank posts a receive from its
+ * left neighbour and a send to its right one (device buffers of 64 KiB: envelopes), then queues
+ * work on the legacy stream that waits for the host (fake_cuda_hold_legacy, as a kernel waiting
+ * for a flag the host sets after MPI_Waitall), then MPI_Waitall. The sends' and receives' copies
+ * follow what the legacy stream held at their calls, not what was queued after them, so the
+ * Waitall must return without that work: a host wait for the legacy stream inside it would wait
+ * until a timer releases the work (HOLD_S seconds), which fails the round. Round 0 is each rank's
+ * first receive from its neighbour's pool (its head, the copy events' handles, read then), later
+ * rounds reuse the mapping. Receive buffers poisoned, every byte checked. */
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stand_in.h"
+
+enum { N = 16384, ROUNDS = 3, HOLD_S = 8 };  /* ints: 64 KiB messages */
+
+static volatile int release_flag, timed_out, done;
+
+static void *timer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HOLD_S * 100 && !__atomic_load_n(&done, __ATOMIC_ACQUIRE); i++) usleep(10000);
+    if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) __atomic_store_n(&timed_out, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&release_flag, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int val(int from, int round, int i) { return from * 1000003 + round * 10007 + i; }
+
+int main(int argc, char **argv)
+{
+    int rank, size, failures = 0;
+    stand_in_mpi_init(&argc, &argv, "LEGACY_HOLD_THREADS", &rank, &size);
+    CUdeviceptr b[2];
+    void *drv = stand_in_driver("legacy_hold_prog", 2, N * sizeof(int), b);
+    int (*hold)(volatile int *) = drv ? (int (*)(volatile int *))dlsym(drv, "fake_cuda_hold_legacy") : NULL;
+    if (!hold) {
+        if (drv) fprintf(stderr, "legacy_hold_prog: the stand-in driver has no fake_cuda_hold_legacy\n");
+        MPI_Finalize();
+        return 77;
+    }
+    int *sb = (int *)(uintptr_t)b[0], *rb = (int *)(uintptr_t)b[1];
+    const int left = (rank + size - 1) % size, right = (rank + 1) % size;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < N; i++) sb[i] = val(rank, round, i);
+        memset(rb, 0xa5, N * sizeof(int));
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Request q[2];
+        MPI_Irecv(rb, N, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(sb, N, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
+        release_flag = timed_out = done = 0;
+        if (!hold(&release_flag)) {
+            fprintf(stderr, "legacy_hold_prog: needs FAKE_CUDA_ASYNC=1\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        pthread_t t;
+        pthread_create(&t, NULL, timer, NULL);
+        const int rc = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        const int waited = __atomic_load_n(&timed_out, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+        pthread_join(t, NULL);
+        if (rc != MPI_SUCCESS) {
+            printf("legacy_hold_prog: FAIL: rank %d round %d: MPI_Waitall returned %d\n", rank, round, rc);
+            failures++;
+        }
+        if (waited) {
+            printf("legacy_hold_prog: FAIL: rank %d round %d: MPI_Waitall waited for the work queued on the legacy stream "
+                   "after its calls (released by the timer after %d s)\n", rank, round, HOLD_S);
+            failures++;
+        }
+        int bad = -1;
+        for (int i = 0; i < N && bad < 0; i++)
+            if (rb[i] != val(left, round, i)) bad = i;
+        if (bad >= 0) {
+            printf("legacy_hold_prog: FAIL: rank %d round %d: int %d is %d, want %d\n", rank, round, bad, rb[bad], val(left, round, bad));
+            failures++;
+        }
+    }
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("legacy_hold_prog: %s (%d ranks, %d failures)\n", all ? "FAIL" : "ok", size, all);
+    MPI_Finalize();
+    return all ? 1 : 0;
+}
