@@ -9,7 +9,9 @@
  * Waitall must return without that work: a host wait for the legacy stream inside it would wait
  * until a timer releases the work (HOLD_S seconds), which fails the round. Round 0 is each rank's
  * first receive from its neighbour's pool (its head, the copy events' handles, read then), later
- * rounds reuse the mapping. Receive buffers poisoned, every byte checked. */
+ * rounds reuse the mapping. Rounds 3 and 4 receive the same message into a device buffer through
+ * a vector type (every other int: the payload goes through a host copy) and into host memory.
+ * Receive buffers poisoned, every byte checked. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -20,7 +22,7 @@
 
 #include "stand_in.h"
 
-enum { N = 16384, ROUNDS = 3, HOLD_S = 8 };  /* ints: 64 KiB messages */
+enum { N = 16384, ROUNDS = 5, HOLD_S = 8 };  /* ints: 64 KiB messages */
 
 static volatile int release_flag, timed_out, done;
 
@@ -40,21 +42,27 @@ int main(int argc, char **argv)
     int rank, size, failures = 0;
     stand_in_mpi_init(&argc, &argv, "LEGACY_HOLD_THREADS", &rank, &size);
     CUdeviceptr b[2];
-    void *drv = stand_in_driver("legacy_hold_prog", 2, N * sizeof(int), b);
+    void *drv = stand_in_driver("legacy_hold_prog", 2, 2 * N * sizeof(int), b);
     int (*hold)(volatile int *) = drv ? (int (*)(volatile int *))dlsym(drv, "fake_cuda_hold_legacy") : NULL;
     if (!hold) {
         if (drv) fprintf(stderr, "legacy_hold_prog: the stand-in driver has no fake_cuda_hold_legacy\n");
         MPI_Finalize();
         return 77;
     }
-    int *sb = (int *)(uintptr_t)b[0], *rb = (int *)(uintptr_t)b[1];
+    int *sb = (int *)(uintptr_t)b[0], *drb = (int *)(uintptr_t)b[1], *hrb = malloc(N * sizeof(int));
+    MPI_Datatype every_other;
+    MPI_Type_vector(N, 1, 2, MPI_INT, &every_other);
+    MPI_Type_commit(&every_other);
     const int left = (rank + size - 1) % size, right = (rank + 1) % size;
     for (int round = 0; round < ROUNDS; round++) {
         for (int i = 0; i < N; i++) sb[i] = val(rank, round, i);
-        memset(rb, 0xa5, N * sizeof(int));
+        const int strided = round == 3, host = round == 4, stride = strided ? 2 : 1;
+        int *rb = host ? hrb : drb;
+        memset(rb, 0xa5, (size_t)stride * N * sizeof(int));
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Request q[2];
-        MPI_Irecv(rb, N, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
+        if (strided) MPI_Irecv(rb, 1, every_other, left, round, MPI_COMM_WORLD, &q[0]);
+        else MPI_Irecv(rb, N, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
         MPI_Isend(sb, N, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
         release_flag = timed_out = done = 0;
         if (!hold(&release_flag)) {
@@ -72,18 +80,22 @@ int main(int argc, char **argv)
             failures++;
         }
         if (waited) {
-            printf("legacy_hold_prog: FAIL: rank %d round %d: MPI_Waitall waited for the work queued on the legacy stream "
-                   "after its calls (released by the timer after %d s)\n", rank, round, HOLD_S);
+            printf("legacy_hold_prog: FAIL: rank %d round %d (%s): MPI_Waitall waited for the work queued on the legacy stream "
+                   "after its calls (released by the timer after %d s)\n", rank, round,
+                   strided ? "a device receive through a vector type" : host ? "a host receive" : "a device receive", HOLD_S);
             failures++;
         }
         int bad = -1;
         for (int i = 0; i < N && bad < 0; i++)
-            if (rb[i] != val(left, round, i)) bad = i;
+            if (rb[stride * i] != val(left, round, i)) bad = i;
         if (bad >= 0) {
-            printf("legacy_hold_prog: FAIL: rank %d round %d: int %d is %d, want %d\n", rank, round, bad, rb[bad], val(left, round, bad));
+            printf("legacy_hold_prog: FAIL: rank %d round %d: int %d is %d, want %d\n", rank, round, bad, rb[stride * bad],
+                   val(left, round, bad));
             failures++;
         }
     }
+    MPI_Type_free(&every_other);
+    free(hrb);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("legacy_hold_prog: %s (%d ranks, %d failures)\n", all ? "FAIL" : "ok", size, all);

@@ -387,16 +387,35 @@ void release(int wrank, uint32_t id)
 // Pull n bytes of e's payload into dst (host or device memory). false when it cannot (another
 // node, ptrace restrictions, no peer access).
 bool pull_host(void *dst, int pid, uint64_t addr, size_t n);
-// A copy out of a device pool, complete when it returns (cuMemcpy between device buffers returns
-// before the copy is done: the receive would end early, and the sender could reuse the block
-// before it was read), after the application's work on the legacy stream, as staged copies are.
-static bool pool_copy(void *dst, CUdeviceptr src, size_t n)
+// A copy out of a device pool on s, complete when it returns (cuMemcpy between device buffers
+// returns before the copy is done: the receive would end early, and the sender could reuse the
+// block before it was read).
+static bool pool_copy(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, CU_STREAM_LEGACY) == CUDA_SUCCESS &&
-           cu.cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    return cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, s) == CUDA_SUCCESS && cu.cuStreamSynchronize(s) == CUDA_SUCCESS;
 }
-// stream: the copy of a device payload is only queued there
-bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
+// This thread's stream for pulls into host memory in the current context (made at its first use;
+// the legacy stream where none can be made). It follows nothing of the application's: host memory
+// being received into is the receive's alone until it completes, so its pull need not wait for the
+// application's device work, which may have been queued after the receive's call and may wait for
+// its completion (test/unit/legacy_hold.sh: a nonblocking receive into host memory, or through a
+// datatype, completed in MPI_Waitall while the legacy stream was held).
+static CUstream host_pull_stream()
+{
+    static thread_local std::vector<std::pair<CUcontext, CUstream>> mine;
+    CUcontext ctx = nullptr;
+    cu.cuCtxGetCurrent(&ctx);
+    for (const auto &x : mine)
+        if (x.first == ctx) return x.second;
+    CUstream s = nullptr;
+    if (!ctx || cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return CU_STREAM_LEGACY;
+    mine.emplace_back(ctx, s);
+    return s;
+}
+// stream: the copy of a device payload is only queued there. Otherwise the copy is complete when
+// this returns: into host memory (to_host) on a stream of this thread's own, into device memory on
+// the legacy stream, after the application's work there, as staged copies are.
+bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr, bool to_host = false)
 {
     if (e.transport == NM_ENV_HOST) return pull_host(dst, e.pid, e.addr, n);
     if (!n) return true;
@@ -418,13 +437,14 @@ bool pull(void *dst, const Envelope &e, size_t n, CUstream stream = nullptr)
         base = pp ? pp->base : 0;
     }
     if (!base) return false;
+    const CUstream s = stream ? stream : to_host ? host_pull_stream() : CU_STREAM_LEGACY;
     // the copy follows the sender's copy into its pool (the envelope left before that ended)
     if (e.slot >= 0 && e.slot < NM_ENV_SLOTS) {
         CUevent ev = slot_event(e, own);
-        if (!ev || cu.cuStreamWaitEvent(stream ? stream : CU_STREAM_LEGACY, ev, 0) != CUDA_SUCCESS) return false;
+        if (!ev || cu.cuStreamWaitEvent(s, ev, 0) != CUDA_SUCCESS) return false;
     }
     if (stream) return stage_pull_async(dst, base + e.addr, n, stream);
-    return pool_copy(dst, base + e.addr, n);
+    return pool_copy(dst, base + e.addr, n, s);
 }
 
 bool pull_host(void *dst, int pid, uint64_t addr, size_t n)
@@ -1014,17 +1034,19 @@ static bool unpack_pieces(const char *src, size_t n, void *buf, int count, MPI_D
 // Pulls e's payload into a receive buffer (the contiguous span of cap bytes at `span`, or through
 // buf/count/type when not contiguous), releases it, and sets *n to the bytes delivered. Returns an
 // MPI code (MPI_ERR_TRUNCATE when the payload does not fit).
+// to_host: span is host memory.
 static int pull_payload(const Envelope &e, char *span, size_t cap, bool contiguous, void *buf, int count,
-                        MPI_Datatype type, MPI_Comm comm, size_t *n, CUstream stream = nullptr, EnvRelease *later = nullptr)
+                        MPI_Datatype type, MPI_Comm comm, size_t *n, bool to_host, CUstream stream = nullptr,
+                        EnvRelease *later = nullptr)
 {
     *n = std::min<size_t>(e.bytes, cap);
     bool ok;
     const bool queued = contiguous && stream && later && e.transport == NM_ENV_IPC;
     if (contiguous) {
-        ok = pull(span, e, *n, queued ? stream : nullptr);
+        ok = pull(span, e, *n, queued ? stream : nullptr, to_host);
     } else {
         std::vector<char> tmp(*n);
-        ok = pull(tmp.data(), e, *n) && unpack_pieces(tmp.data(), *n, buf, count, type, comm);
+        ok = pull(tmp.data(), e, *n, nullptr, true) && unpack_pieces(tmp.data(), *n, buf, count, type, comm);
     }
     if (queued && ok) {
         later->wrank = e.wrank;
@@ -1095,8 +1117,8 @@ static int finish_at(char *span, size_t cap, bool contiguous, const Decode *d, M
     }
     const bool to_device = span == dev_at;  // (queued copies go to device memory only)
     int rc = pull_payload(e, span, cap, contiguous, d ? d->buf : nullptr, d ? d->count : 0,
-                          d ? d->type : MPI_DATATYPE_NULL, d ? d->comm : MPI_COMM_WORLD, &n, to_device ? stream : nullptr,
-                          later);
+                          d ? d->type : MPI_DATATYPE_NULL, d ? d->comm : MPI_COMM_WORLD, &n, !to_device,
+                          to_device ? stream : nullptr, later);
     if (rc == MPI_SUCCESS || rc == MPI_ERR_TRUNCATE) PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)n);
     return rc;
 }
@@ -1113,7 +1135,7 @@ static int deliver(Entry &e, void *buf, int count, MPI_Datatype type, MPI_Comm c
     int rc = MPI_SUCCESS;
     size_t n = 0;
     if (e.kind == Entry::ENV) {
-        rc = pull_payload(e.env, (char *)buf + lo, cap, di->contig, buf, count, type, comm, &n);
+        rc = pull_payload(e.env, (char *)buf + lo, cap, di->contig, buf, count, type, comm, &n, true);
     } else {  // the raw bytes, as the real MPI would have placed them
         n = std::min<size_t>(NM_ENV_WIRE, cap);
         if (di->contig) {
