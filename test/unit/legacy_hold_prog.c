@@ -10,7 +10,10 @@
  * until a timer releases the work (HOLD_S seconds), which fails the round. Round 0 is each rank's
  * first receive from its neighbour's pool (its head, the copy events' handles, read then), later
  * rounds reuse the mapping. Rounds 3 and 4 receive the same message into a device buffer through
- * a vector type (every other int: the payload goes through a host copy) and into host memory.
+ * a vector type (every other int: the payload goes through a host copy) and into host memory;
+ * round 5 sends 400 bytes (staged: through pinned host memory and the real MPI); round 6 makes two
+ * MPI_Iallreduce instead (on the stand-in NCCL, after a blocking one made its communicator), the
+ * second queued behind the first.
  * Receive buffers poisoned, every byte checked. */
 #include <mpi.h>
 #include <pthread.h>
@@ -22,7 +25,7 @@
 
 #include "stand_in.h"
 
-enum { N = 16384, ROUNDS = 5, HOLD_S = 8 };  /* ints: 64 KiB messages */
+enum { N = 16384, SMALL = 100, ROUNDS = 7, HOLD_S = 8 };  /* ints: 64 KiB messages */
 
 static volatile int release_flag, timed_out, done;
 
@@ -56,14 +59,21 @@ int main(int argc, char **argv)
     const int left = (rank + size - 1) % size, right = (rank + 1) % size;
     for (int round = 0; round < ROUNDS; round++) {
         for (int i = 0; i < N; i++) sb[i] = val(rank, round, i);
-        const int strided = round == 3, host = round == 4, stride = strided ? 2 : 1;
+        const int strided = round == 3, host = round == 4, stride = strided ? 2 : 1, n = round == 5 ? SMALL : N;
         int *rb = host ? hrb : drb;
         memset(rb, 0xa5, (size_t)stride * N * sizeof(int));
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Request q[2];
-        if (strided) MPI_Irecv(rb, 1, every_other, left, round, MPI_COMM_WORLD, &q[0]);
-        else MPI_Irecv(rb, N, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
-        MPI_Isend(sb, N, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
+        const int coll = round == 6;
+        if (coll) {  /* (a blocking device collective first: it makes the communicator's NCCL side) */
+            MPI_Allreduce(MPI_IN_PLACE, drb + N, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Iallreduce(sb, rb, N / 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[0]);
+            MPI_Iallreduce(sb + N / 2, rb + N / 2, N / 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[1]);
+        } else {
+            if (strided) MPI_Irecv(rb, 1, every_other, left, round, MPI_COMM_WORLD, &q[0]);
+            else MPI_Irecv(rb, n, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
+            MPI_Isend(sb, n, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
+        }
         release_flag = timed_out = done = 0;
         if (!hold(&release_flag)) {
             fprintf(stderr, "legacy_hold_prog: needs FAKE_CUDA_ASYNC=1\n");
@@ -82,15 +92,21 @@ int main(int argc, char **argv)
         if (waited) {
             printf("legacy_hold_prog: FAIL: rank %d round %d (%s): MPI_Waitall waited for the work queued on the legacy stream "
                    "after its calls (released by the timer after %d s)\n", rank, round,
-                   strided ? "a device receive through a vector type" : host ? "a host receive" : "a device receive", HOLD_S);
+                   coll ? "two MPI_Iallreduce" : strided ? "a device receive through a vector type" : host ? "a host receive"
+                   : n < N ? "a small device message" : "a device receive",
+                   HOLD_S);
             failures++;
         }
         int bad = -1;
-        for (int i = 0; i < N && bad < 0; i++)
-            if (rb[stride * i] != val(left, round, i)) bad = i;
+        int want = 0;
+        for (int i = 0; i < n && bad < 0; i++) {
+            want = val(left, round, i);
+            if (coll)
+                for (int r = want = 0; r < size; r++) want += val(r, round, i);
+            if (rb[stride * i] != want) bad = i;
+        }
         if (bad >= 0) {
-            printf("legacy_hold_prog: FAIL: rank %d round %d: int %d is %d, want %d\n", rank, round, bad, rb[stride * bad],
-                   val(left, round, bad));
+            printf("legacy_hold_prog: FAIL: rank %d round %d: int %d is %d, want %d\n", rank, round, bad, rb[stride * bad], want);
             failures++;
         }
     }
