@@ -13,7 +13,9 @@
  * a vector type (every other int: the payload goes through a host copy) and into host memory;
  * round 5 sends 400 bytes (staged: through pinned host memory and the real MPI); round 6 makes two
  * MPI_Iallreduce instead (on the stand-in NCCL, after a blocking one made its communicator), the
- * second queued behind the first.
+ * second queued behind the first; round 7 an MPI_Iallgather on a fresh duplicate (staged: no NCCL
+ * side yet); round 8 an MPI_Imrecv of a message MPI_Improbe found; where the MPI has the MPI-4 calls, round 9 an
+ * MPI_Isendrecv and round 10 a persistent MPI_Allreduce_init started before the hold.
  * Receive buffers poisoned, every byte checked. */
 #include <mpi.h>
 #include <pthread.h>
@@ -25,16 +27,23 @@
 
 #include "stand_in.h"
 
-enum { N = 16384, SMALL = 100, ROUNDS = 7, HOLD_S = 8 };  /* ints: 64 KiB messages */
+enum { N = 16384, SMALL = 100, HOLD_S = 8 };
+#if LEGACY_HOLD_MPI4  /* (the MPI has the MPI-4 calls: Open MPI 5) */
+enum { ROUNDS = 11 };
+#else
+enum { ROUNDS = 9 };
+#endif  /* ints: 64 KiB messages */
 
-static volatile int release_flag, timed_out, done;
+/* each round's hold has a release flag of its own: the previous round's held work may not have
+ * seen its release yet when the next round begins */
+static volatile int release_flags[ROUNDS], timed_out, done;
 
 static void *timer(void *arg)
 {
-    (void)arg;
+    volatile int *release = arg;
     for (int i = 0; i < HOLD_S * 100 && !__atomic_load_n(&done, __ATOMIC_ACQUIRE); i++) usleep(10000);
     if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) __atomic_store_n(&timed_out, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&release_flag, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(release, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -64,8 +73,26 @@ int main(int argc, char **argv)
         memset(rb, 0xa5, (size_t)stride * N * sizeof(int));
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Request q[2];
-        const int coll = round == 6;
-        if (coll) {  /* (a blocking device collective first: it makes the communicator's NCCL side) */
+        const int coll = round == 6, gather = round == 7, mprobe = round == 8, sendrecv = round == 9, pers = round == 10;
+        const int k = N / 4 / size;  /* (round 7: ints per rank) */
+        MPI_Comm dup = MPI_COMM_NULL;
+        q[1] = MPI_REQUEST_NULL;
+        if (gather) {
+            MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+            MPI_Iallgather(sb, k, MPI_INT, rb, k, MPI_INT, dup, &q[0]);
+        } else if (mprobe) {
+            MPI_Isend(sb, n, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
+            MPI_Message m = MPI_MESSAGE_NULL;
+            for (int flag = 0; !flag;) MPI_Improbe(left, round, MPI_COMM_WORLD, &flag, &m, MPI_STATUS_IGNORE);
+            MPI_Imrecv(rb, n, MPI_INT, &m, &q[0]);
+#if LEGACY_HOLD_MPI4
+        } else if (sendrecv) {
+            MPI_Isendrecv(sb, n, MPI_INT, right, round, rb, n, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
+        } else if (pers) {
+            MPI_Allreduce_init(sb, rb, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &q[0]);
+            MPI_Start(&q[0]);
+#endif
+        } else if (coll) {  /* (a blocking device collective first: it makes the communicator's NCCL side) */
             MPI_Allreduce(MPI_IN_PLACE, drb + N, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
             MPI_Iallreduce(sb, rb, N / 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[0]);
             MPI_Iallreduce(sb + N / 2, rb + N / 2, N / 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[1]);
@@ -74,14 +101,17 @@ int main(int argc, char **argv)
             else MPI_Irecv(rb, n, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
             MPI_Isend(sb, n, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
         }
-        release_flag = timed_out = done = 0;
-        if (!hold(&release_flag)) {
+        timed_out = done = 0;
+        if (!hold(&release_flags[round])) {
             fprintf(stderr, "legacy_hold_prog: needs FAKE_CUDA_ASYNC=1\n");
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         pthread_t t;
-        pthread_create(&t, NULL, timer, NULL);
+        pthread_create(&t, NULL, timer, (void *)&release_flags[round]);
+        MPI_Request keep = q[0];
         const int rc = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        if (pers) MPI_Request_free(&keep);
+        if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
         const int waited = __atomic_load_n(&timed_out, __ATOMIC_ACQUIRE);
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
         pthread_join(t, NULL);
@@ -92,16 +122,18 @@ int main(int argc, char **argv)
         if (waited) {
             printf("legacy_hold_prog: FAIL: rank %d round %d (%s): MPI_Waitall waited for the work queued on the legacy stream "
                    "after its calls (released by the timer after %d s)\n", rank, round,
-                   coll ? "two MPI_Iallreduce" : strided ? "a device receive through a vector type" : host ? "a host receive"
+                   coll ? "two MPI_Iallreduce" : gather ? "MPI_Iallgather, staged" : mprobe ? "MPI_Imrecv" : sendrecv ? "MPI_Isendrecv"
+                   : pers ? "a persistent MPI_Allreduce" : strided ? "a device receive through a vector type" : host ? "a host receive"
                    : n < N ? "a small device message" : "a device receive",
                    HOLD_S);
             failures++;
         }
         int bad = -1;
         int want = 0;
-        for (int i = 0; i < n && bad < 0; i++) {
-            want = val(left, round, i);
-            if (coll)
+        const int nchk = gather ? k * size : n;
+        for (int i = 0; i < nchk && bad < 0; i++) {
+            want = gather ? val(i / k, round, i % k) : val(left, round, i);
+            if (coll || pers)
                 for (int r = want = 0; r < size; r++) want += val(r, round, i);
             if (rb[stride * i] != want) bad = i;
         }
