@@ -15,7 +15,9 @@
  * MPI_Iallreduce instead (on the stand-in NCCL, after a blocking one made its communicator), the
  * second queued behind the first; round 7 an MPI_Iallgather on a fresh duplicate (staged: no NCCL
  * side yet); round 8 an MPI_Imrecv of a message MPI_Improbe found; where the MPI has the MPI-4 calls, round 9 an
- * MPI_Isendrecv and round 10 a persistent MPI_Allreduce_init started before the hold.
+ * MPI_Isendrecv and round 10 a persistent MPI_Allreduce_init started before the hold; round 11
+ * persistent MPI_Send_init/MPI_Recv_init started together; round 12 an MPI_Ialltoall (NCCL); with
+ * MPI-4, round 13 partitioned communication (4 partitions, each marked ready before the hold).
  * Receive buffers poisoned, every byte checked. */
 #include <mpi.h>
 #include <pthread.h>
@@ -27,12 +29,12 @@
 
 #include "stand_in.h"
 
-enum { N = 16384, SMALL = 100, HOLD_S = 8 };
+enum { N = 16384, SMALL = 100, HOLD_S = 8, ROUNDS = 14 };  /* ints: 64 KiB messages */
 #if LEGACY_HOLD_MPI4  /* (the MPI has the MPI-4 calls: Open MPI 5) */
-enum { ROUNDS = 11 };
+static const int mpi4 = 1;
 #else
-enum { ROUNDS = 9 };
-#endif  /* ints: 64 KiB messages */
+static const int mpi4 = 0;
+#endif
 
 /* each round's hold has a release flag of its own: the previous round's held work may not have
  * seen its release yet when the next round begins */
@@ -67,17 +69,26 @@ int main(int argc, char **argv)
     MPI_Type_commit(&every_other);
     const int left = (rank + size - 1) % size, right = (rank + 1) % size;
     for (int round = 0; round < ROUNDS; round++) {
+        if (!mpi4 && (round == 9 || round == 10 || round == 13)) continue;  /* (every rank alike) */
         for (int i = 0; i < N; i++) sb[i] = val(rank, round, i);
         const int strided = round == 3, host = round == 4, stride = strided ? 2 : 1, n = round == 5 ? SMALL : N;
         int *rb = host ? hrb : drb;
         memset(rb, 0xa5, (size_t)stride * N * sizeof(int));
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Request q[2];
-        const int coll = round == 6, gather = round == 7, mprobe = round == 8, sendrecv = round == 9, pers = round == 10;
+        const int coll = round == 6, gather = round == 7, mprobe = round == 8, sendrecv = round == 9, pers = round == 10,
+                  pp2p = round == 11, a2a = round == 12, part = round == 13;
+        const int m = N / size;  /* (round 12: ints per rank) */
         const int k = N / 4 / size;  /* (round 7: ints per rank) */
         MPI_Comm dup = MPI_COMM_NULL;
         q[1] = MPI_REQUEST_NULL;
-        if (gather) {
+        if (pp2p) {
+            MPI_Recv_init(rb, n, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
+            MPI_Send_init(sb, n, MPI_INT, right, round, MPI_COMM_WORLD, &q[1]);
+            MPI_Startall(2, q);
+        } else if (a2a) {
+            MPI_Ialltoall(sb, m, MPI_INT, rb, m, MPI_INT, MPI_COMM_WORLD, &q[0]);
+        } else if (gather) {
             MPI_Comm_dup(MPI_COMM_WORLD, &dup);
             MPI_Iallgather(sb, k, MPI_INT, rb, k, MPI_INT, dup, &q[0]);
         } else if (mprobe) {
@@ -86,6 +97,11 @@ int main(int argc, char **argv)
             for (int flag = 0; !flag;) MPI_Improbe(left, round, MPI_COMM_WORLD, &flag, &m, MPI_STATUS_IGNORE);
             MPI_Imrecv(rb, n, MPI_INT, &m, &q[0]);
 #if LEGACY_HOLD_MPI4
+        } else if (part) {
+            MPI_Precv_init(rb, 4, N / 4, MPI_INT, left, round, MPI_COMM_WORLD, MPI_INFO_NULL, &q[0]);
+            MPI_Psend_init(sb, 4, N / 4, MPI_INT, right, round, MPI_COMM_WORLD, MPI_INFO_NULL, &q[1]);
+            MPI_Startall(2, q);
+            MPI_Pready_range(0, 3, q[1]);
         } else if (sendrecv) {
             MPI_Isendrecv(sb, n, MPI_INT, right, round, rb, n, MPI_INT, left, round, MPI_COMM_WORLD, &q[0]);
         } else if (pers) {
@@ -108,9 +124,10 @@ int main(int argc, char **argv)
         }
         pthread_t t;
         pthread_create(&t, NULL, timer, (void *)&release_flags[round]);
-        MPI_Request keep = q[0];
+        MPI_Request keep[2] = {q[0], q[1]};
         const int rc = MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
-        if (pers) MPI_Request_free(&keep);
+        if (pers || pp2p || part) MPI_Request_free(&keep[0]);
+        if (pp2p || part) MPI_Request_free(&keep[1]);
         if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
         const int waited = __atomic_load_n(&timed_out, __ATOMIC_ACQUIRE);
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
@@ -122,7 +139,7 @@ int main(int argc, char **argv)
         if (waited) {
             printf("legacy_hold_prog: FAIL: rank %d round %d (%s): MPI_Waitall waited for the work queued on the legacy stream "
                    "after its calls (released by the timer after %d s)\n", rank, round,
-                   coll ? "two MPI_Iallreduce" : gather ? "MPI_Iallgather, staged" : mprobe ? "MPI_Imrecv" : sendrecv ? "MPI_Isendrecv"
+                   part ? "partitioned send and receive" : pp2p ? "persistent send and receive" : a2a ? "MPI_Ialltoall" : coll ? "two MPI_Iallreduce" : gather ? "MPI_Iallgather, staged" : mprobe ? "MPI_Imrecv" : sendrecv ? "MPI_Isendrecv"
                    : pers ? "a persistent MPI_Allreduce" : strided ? "a device receive through a vector type" : host ? "a host receive"
                    : n < N ? "a small device message" : "a device receive",
                    HOLD_S);
@@ -130,9 +147,9 @@ int main(int argc, char **argv)
         }
         int bad = -1;
         int want = 0;
-        const int nchk = gather ? k * size : n;
+        const int nchk = gather ? k * size : a2a ? m * size : n;
         for (int i = 0; i < nchk && bad < 0; i++) {
-            want = gather ? val(i / k, round, i % k) : val(left, round, i);
+            want = gather ? val(i / k, round, i % k) : a2a ? val(i / m, round, rank * m + i % m) : val(left, round, i);
             if (coll || pers)
                 for (int r = want = 0; r < size; r++) want += val(r, round, i);
             if (rb[stride * i] != want) bad = i;
