@@ -79,9 +79,6 @@ struct Pool {
 std::mutex pool_mu;
 Pool pools[64];
 
-// The copy events of pool p (made in the current context, its device's), their handles written
-// into its head. false: none (the device cannot share events, or the driver refused): every
-// envelope then waits for its payload's copy.
 // A copy between a pool's head and host memory, complete when it returns, on a stream of its own
 // that does not follow the legacy stream: a synchronous copy (cuMemcpy) or a wait for the legacy
 // stream would wait for whatever the application queued there, possibly work that waits for this
@@ -97,6 +94,9 @@ bool head_copy(CUdeviceptr dst, const void *src, size_t n)
     return ok;
 }
 
+// The copy events of pool p (made in the current context, its device's), their handles written
+// into its head. false: none (the device cannot share events, or the driver refused): every
+// envelope then waits for its payload's copy.
 bool pool_slots(Pool &p)
 {
     int ok = 0;
@@ -402,14 +402,21 @@ static bool pool_copy(void *dst, CUdeviceptr src, size_t n, CUstream s)
 // datatype, completed in MPI_Waitall while the legacy stream was held).
 static CUstream host_pull_stream()
 {
-    static thread_local std::vector<std::pair<CUcontext, CUstream>> mine;
+    struct Mine {
+        CUcontext ctx;
+        unsigned long long id;  // (a context made again after a reset may have the same handle)
+        CUstream s;
+    };
+    static thread_local std::vector<Mine> mine;
     CUcontext ctx = nullptr;
+    unsigned long long id = 0;
     cu.cuCtxGetCurrent(&ctx);
-    for (const auto &x : mine)
-        if (x.first == ctx) return x.second;
+    if (ctx && cu.cuCtxGetId) cu.cuCtxGetId(ctx, &id);
+    for (const Mine &x : mine)
+        if (x.ctx == ctx && x.id == id) return x.s;
     CUstream s = nullptr;
     if (!ctx || cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return CU_STREAM_LEGACY;
-    mine.emplace_back(ctx, s);
+    mine.push_back(Mine{ctx, id, s});
     return s;
 }
 // stream: the copy of a device payload is only queued there. Otherwise the copy is complete when
