@@ -1,4 +1,4 @@
-/* legacy_hold_prog: device point-to-point while the application holds the legacy stream, on the
+/* legacy_hold_prog: nonblocking device calls while the application holds the legacy stream, on the
  * stand-in CUDA driver (test/unit/fake_cuda.c, FAKE_CUDA_ASYNC=1; its device memory is host
  * memory, so the program fills and checks it directly), run by test/unit/legacy_hold.sh with
  * device envelopes over the stand-in's CUDA IPC. Each round: every rank posts a receive from its
@@ -14,10 +14,11 @@
  * round 5 sends 400 bytes (staged: through pinned host memory and the real MPI); round 6 makes two
  * MPI_Iallreduce instead (on the stand-in NCCL, after a blocking one made its communicator), the
  * second queued behind the first; round 7 an MPI_Iallgather on a fresh duplicate (staged: no NCCL
- * side yet); round 8 an MPI_Imrecv of a message MPI_Improbe found; where the MPI has the MPI-4 calls, round 9 an
- * MPI_Isendrecv and round 10 a persistent MPI_Allreduce_init started before the hold; round 11
- * persistent MPI_Send_init/MPI_Recv_init started together; round 12 an MPI_Ialltoall (NCCL); with
- * MPI-4, round 13 partitioned communication (4 partitions, each marked ready before the hold).
+ * side yet); round 8 an MPI_Imrecv of a message MPI_Improbe found; round 11 persistent
+ * MPI_Send_init/MPI_Recv_init started together; round 12 an MPI_Ialltoall (NCCL). Where the MPI has
+ * the MPI-4 calls (LEGACY_HOLD_MPI4): round 9 an MPI_Isendrecv, round 10 a persistent
+ * MPI_Allreduce_init started before the hold, round 13 partitioned communication (4 partitions,
+ * each marked ready before the hold).
  * Receive buffers poisoned, every byte checked. */
 #include <mpi.h>
 #include <pthread.h>
