@@ -2549,19 +2549,27 @@ static void sc_envelope_order(void)
     }
     /* 4c. the legacy stream held by the application (work it queued after the calls, which waits
      *     for the host) while MPI_Waitall completes device sends and receives, some of them
-     *     queued: their copies follow what was queued before each call, not what came after */
-    for (int pass = 0; pass < 2 && rank < 2 && !host_mode; pass++) {  /* payloads in a pool, staged ones */
-        const int peer = 1 - rank, n = pass ? 3 : 16 << 10;
+     *     queued: their copies follow what was queued before each call, not what came after.
+     *     Passes: payloads in a pool; staged ones; payloads received into device memory through a
+     *     vector type (every other int) and into host memory (both pulled to the host first) */
+    for (int pass = 0; pass < 4 && rank < 2 && !host_mode; pass++) {
+        const int peer = 1 - rank, n = pass == 1 ? 3 : 16 << 10, strided = pass == 2, to_host = pass == 3;
         gbuf_t sb[3], rb[3];
         MPI_Request q[6];
+        MPI_Datatype every_other;
+        MPI_Type_vector(n, 1, 2, MPI_INT, &every_other);
+        MPI_Type_commit(&every_other);
         for (int k = 0; k < 3; k++) {
             sb[k] = pbuf(rank, 60 + k, n);
-            rb[k] = gb_dev((size_t)n * sizeof(int));
+            rb[k] = to_host ? gb_new(MK_MALLOC, (size_t)n * sizeof(int)) : gb_dev((size_t)(strided ? 2 : 1) * n * sizeof(int));
         }
         blocker_t b;
         pthread_t timer;
         STEP();
-        for (int k = 0; k < 3; k++) MPI_Irecv(rb[k].p, n, MPI_INT, peer, TAG + 40 + k, MPI_COMM_WORLD, &q[k]);
+        for (int k = 0; k < 3; k++) {
+            if (strided) MPI_Irecv(rb[k].p, 1, every_other, peer, TAG + 40 + k, MPI_COMM_WORLD, &q[k]);
+            else MPI_Irecv(rb[k].p, n, MPI_INT, peer, TAG + 40 + k, MPI_COMM_WORLD, &q[k]);
+        }
         for (int k = 0; k < 3; k++) MPI_Isend(sb[k].p, n, MPI_INT, peer, TAG + 40 + k, MPI_COMM_WORLD, &q[3 + k]);
         if (legacy_hold(&b, &timer)) {
             int rc = MPI_Waitall(6, q, MPI_STATUSES_IGNORE);
@@ -2569,16 +2577,29 @@ static void sc_envelope_order(void)
             legacy_release(&b, timer);
             CHECK(rc == MPI_SUCCESS, "Waitall with the legacy stream held returned %d", rc);
             CHECK(!waited_for_stream, "MPI_Waitall waited for work the application queued on the legacy stream "
-                                      "after its sends and receives (released after %d s)", b.limit_s);
-            int *want = malloc((size_t)n * sizeof(int));
+                                      "after its sends and receives (%s; released after %d s)",
+                  strided ? "receives through a vector type" : to_host ? "receives into host memory" : pass ? "staged" : "envelopes",
+                  b.limit_s);
+            int *want = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)2 * n * sizeof(int));
             for (int k = 0; k < 3; k++) {
                 for (int i = 0; i < n; i++) want[i] = pval(peer, 60 + k, i);
-                gb_expect(&rb[k], want, sizeof(int), "a message received while the legacy stream was held");
+                if (!strided) {
+                    gb_expect(&rb[k], want, sizeof(int), "a message received while the legacy stream was held");
+                    continue;
+                }
+                get_bytes(rb[k].kind, got, rb[k].p, (size_t)2 * n * sizeof(int));
+                int bad = -1;
+                for (int i = 0; i < n && bad < 0; i++)
+                    if (got[2 * i] != want[i]) bad = i;
+                CHECK(bad < 0, "a message received through a vector type while the legacy stream was held: int %d is %d, want %d",
+                      bad, bad < 0 ? 0 : got[2 * bad], bad < 0 ? 0 : want[bad]);
             }
             free(want);
+            free(got);
         } else {
             MPI_Waitall(6, q, MPI_STATUSES_IGNORE);  /* (no stream memory operations: nothing to check) */
         }
+        MPI_Type_free(&every_other);
         for (int k = 0; k < 3; k++) gb_free_all(&sb[k], &rb[k], (gbuf_t *)NULL);
     }
     /* 4e. (device envelopes) a send buffer filled behind work that waits for the host (the legacy
