@@ -21,6 +21,7 @@ typedef struct {
     _Atomic(const char *) where;
     atomic_int fatal;             /* inside a blocking call of the real MPI (watchdog.h) */
     atomic_int comm;              /* its communicator's id, or -1 */
+    _Atomic(double) limit;        /* a fatal wait's own limit (nm_wd_begin_fatal_limit), 0: none */
 } wd_slot_t;
 
 static wd_slot_t slots[WD_SLOTS];
@@ -34,10 +35,16 @@ static __thread const char *cur_where __attribute__((tls_model("initial-exec")))
 double nm_wd_fatal_after(void) { return nm_cfg.TIMEOUT > 0 ? 1.5 * (double)nm_cfg.TIMEOUT + 1.0 : 0.0; }
 
 /* A fatal wait ran out: nothing can end the real MPI's call but the job's end. */
-static void fatal_abort(const char *call, const char *where, int comm, double waited)
+static void fatal_abort(const char *call, const char *where, int comm, double waited, int own)
 {
     char c[32] = "";
     if (comm >= 0) snprintf(c, sizeof(c), " on comm%d", comm);
+    if (own) {  /* this rank's own failure, its peers inside NCCL's waits (watchdog.h) */
+        NM_ERROR(CALL, "MPI_%s%s: %s; its peers have not answered in %.0f s (NCCLMPI_CREATE_GRACE=%ld): they wait "
+                 "inside NCCL, where nothing reaches them; aborting the job", call ? call : "?", c, where ? where : "",
+                 waited, nm_cfg.CREATE_GRACE);
+        PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_OTHER);
+    }
     NM_ERROR(CALL, "MPI_%s%s has waited %.0f s %s (NCCLMPI_TIMEOUT=%ld), where ncclmpi cannot end the call: ranks "
              "may have passed different kinds of memory (see NCCLMPI_AGREE), or a rank is gone or not calling it; "
              "aborting the job", call ? call : "?", c, waited, where ? where : "", nm_cfg.TIMEOUT);
@@ -56,14 +63,17 @@ static void scan(double now)
     for (int i = 0; i < n && i < WD_SLOTS; i++) {
         wd_slot_t *s = &slots[i];
         const unsigned long g = atomic_load(&s->gen);
-        const double since = atomic_load(&s->since), fa = nm_wd_fatal_after();
+        const double since = atomic_load(&s->since), lim = atomic_load(&s->limit);
+        double fa = nm_wd_fatal_after();
         if (since <= 0) continue;
+        const int own = lim > 0 && (fa <= 0 || lim < fa);
+        if (own) fa = lim;
         const int fatal = atomic_load(&s->fatal) && fa > 0 && now - since >= fa;
         if (!fatal && (nm_cfg.WARN_AFTER <= 0 || now - since < (double)nm_cfg.WARN_AFTER || atomic_load(&s->warned) == g))
             continue;
         const char *call = atomic_load(&s->call), *where = atomic_load(&s->where);
         if (atomic_load(&s->gen) != g || atomic_load(&s->since) != since) continue;  /* it moved on */
-        if (fatal) fatal_abort(call, where, atomic_load(&s->comm), now - since);
+        if (fatal) fatal_abort(call, where, atomic_load(&s->comm), now - since, own);
         atomic_store(&s->warned, g);
         atomic_fetch_add(&nwarned, 1);
         NM_WARN(CALL, "MPI_%s has waited %.0f s %s (NCCLMPI_WARN_AFTER=%ld): a rank that has not made the "
@@ -101,11 +111,11 @@ static void start(void)
     pthread_attr_destroy(&a);
 }
 
-static void begin(const char *call, const char *where, int fatal, int comm)
+static void begin(const char *call, const char *where, int fatal, int comm, double limit)
 {
     cur_call = call;
     cur_where = where;
-    if (nm_cfg.WARN_AFTER <= 0 && (!fatal || nm_cfg.TIMEOUT <= 0)) return;
+    if (nm_cfg.WARN_AFTER <= 0 && (!fatal || (nm_cfg.TIMEOUT <= 0 && limit <= 0))) return;
     if (my_slot < 0) {
         if (my_slot == -2) return;
         const int i = atomic_fetch_add(&nslots, 1);
@@ -123,11 +133,16 @@ static void begin(const char *call, const char *where, int fatal, int comm)
     atomic_store(&s->where, where);
     atomic_store(&s->fatal, fatal);
     atomic_store(&s->comm, comm);
+    atomic_store(&s->limit, fatal ? limit : 0.0);
     atomic_store(&s->since, nm_now_s());
 }
 
-void nm_wd_begin(const char *call, const char *where) { begin(call, where, 0, -1); }
-void nm_wd_begin_fatal(const char *call, const char *where, int comm_id) { begin(call, where, 1, comm_id); }
+void nm_wd_begin(const char *call, const char *where) { begin(call, where, 0, -1, 0.0); }
+void nm_wd_begin_fatal(const char *call, const char *where, int comm_id) { begin(call, where, 1, comm_id, 0.0); }
+void nm_wd_begin_fatal_limit(const char *call, const char *where, int comm_id, double limit)
+{
+    begin(call, where, 1, comm_id, limit);
+}
 
 void nm_wd_end(void)
 {

@@ -7,8 +7,13 @@
  * the job's end: with NCCLMPI_TIMEOUT=T it aborts the job (PMPI_Abort, after an ERROR line naming
  * the call, where it waits and the likely causes) once it has waited 1.5 T + 1 s, so that the
  * ranks whose own waits can end (at T: ncclmpi's polled waits, core/engine/deadline.h) report
- * their errors first. Otherwise the background thread makes no MPI or CUDA call; marking is a few
- * stores and a clock read. (Waits on the NCCL route warn from their own polling loop.) */
+ * their errors first. A fatal wait may carry a limit of its own, shorter than that or where no
+ * NCCLMPI_TIMEOUT is set: a rank whose own part of a communicator's NCCL creation failed (its
+ * ncclCommInitRank, a connection call) waits for its peers to learn it, and a peer still inside
+ * NCCL's own wait for that rank never will (doc/design.md, "NCCL's own waits"); after
+ * NCCLMPI_CREATE_GRACE seconds the failing rank aborts the job, saying so. Otherwise the background
+ * thread makes no MPI or CUDA call; marking is a few stores and a clock read. (Waits on the NCCL
+ * route warn from their own polling loop.) */
 #ifndef NM_UTIL_WATCHDOG_H
 #define NM_UTIL_WATCHDOG_H
 #ifdef __cplusplus
@@ -22,6 +27,9 @@ void nm_wd_begin(const char *call, const char *where);
 /* The same for a wait inside a blocking call of the real MPI (fatal, above) on ncclmpi's
  * communicator comm_id (CommState::id; -1: none) */
 void nm_wd_begin_fatal(const char *call, const char *where, int comm_id);
+/* A fatal wait that also aborts the job after `limit` seconds (> 0), NCCLMPI_TIMEOUT or not;
+ * `where` then says what failed on this rank (the abort's message names NCCLMPI_CREATE_GRACE) */
+void nm_wd_begin_fatal_limit(const char *call, const char *where, int comm_id, double limit);
 void nm_wd_end(void);
 /* The calling thread's wait now (as its last begin named it), or NULLs */
 void nm_wd_current(const char **call, const char **where);
@@ -49,14 +57,15 @@ public:
 };
 // A fatal wait of the calling thread inside its current one (the call that wait names, else
 // `call`), for the scope of this object; the outer wait then resumes, timed afresh and not fatal
-// (used inside ncclmpi's own creation waits, which are not).
+// (used inside ncclmpi's own creation waits, which are not). limit > 0: nm_wd_begin_fatal_limit.
 class InnerFatalWait {
 public:
-    InnerFatalWait(const char *call, const char *where, int comm_id)
+    InnerFatalWait(const char *call, const char *where, int comm_id, double limit = 0)
     {
         nm_wd_current(&call_, &outer_);
         if (!call_) call_ = call;
-        nm_wd_begin_fatal(call_, where, comm_id);
+        if (limit > 0) nm_wd_begin_fatal_limit(call_, where, comm_id, limit);
+        else nm_wd_begin_fatal(call_, where, comm_id);
     }
     ~InnerFatalWait()
     {

@@ -23,7 +23,10 @@
 # in NCCL) must pass as the other cases do. Every case says how it ended.
 # ncclCommInitRankConfig failing on one rank leaves its peers inside NCCL's own initialization,
 # which nothing can end but the job's end: with NCCLMPI_TIMEOUT the job must end, with an error
-# naming that wait, instead of hanging (doc/design.md, "Failures end in errors").
+# naming that wait, instead of hanging (doc/design.md, "Failures end in errors"). Without
+# NCCLMPI_TIMEOUT the failing rank itself ends the job after NCCLMPI_CREATE_GRACE (3 here), naming
+# its own failure: the ladder and the initialization are failed that way too (without the grace
+# both wait forever).
 b=$1
 d="$b/fail_inject_test"
 prog="$b/test/unit/fail_inject_prog"
@@ -80,23 +83,36 @@ matrix() {
     verdict "$np" "$sc, $np ranks, FAKE_FAIL=$spec"
   done
 }
-# ladder NP RANK: each NCCL call of RANK's creation window failed in turn, with NCCLMPI_TIMEOUT=3:
-# the job ends through the ladder's fatal wait, naming it, or cleanly as a matrix case
+# the failing rank's own message when its peers stay inside NCCL (util/watchdog.c, fatal_abort)
+own_wait="its peers have not answered in [0-9]* s (NCCLMPI_CREATE_GRACE=3)"
+# ladder NP RANK [grace]: each NCCL call of RANK's creation window failed in turn, with
+# NCCLMPI_TIMEOUT=3: the job ends through the ladder's fatal wait, naming it, or cleanly as a
+# matrix case; grace: without NCCLMPI_TIMEOUT, NCCLMPI_CREATE_GRACE=3: the failing rank ends the
+# job naming its own failed connection, or the case ends cleanly
 ladder() {
   np=$1 r=$2
+  if [ "${3:-}" = grace ]; then
+    how="NCCLMPI_CREATE_GRACE=3" want="$own_wait" named="the failing rank's own failed connection"
+  else
+    how="NCCLMPI_TIMEOUT=3" want="$ladder_wait" named="the ladder's fatal wait"
+  fi
   window "$np" "$r" create || return
   grep '^nccl' "$d/calls" >"$d/cases"
   for spec in $(cat "$d/cases"); do
     cases=$((cases + 1))
     t0=$(date +%s)
-    NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec run "$np" create
+    if [ "${3:-}" = grace ]; then
+      NCCLMPI_CREATE_GRACE=3 FAKE_FAIL=$spec run "$np" create
+    else
+      NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec run "$np" create
+    fi
     took=$(($(date +%s) - t0))
     if [ $rc = 0 ]; then
-      verdict "$np" "create, $np ranks, NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec: ended cleanly in $took s" || true
-    elif [ $rc != 124 ] && [ $rc != 137 ] && grep -q "$ladder_wait" "$d/err"; then
-      echo "fail_inject: create, $np ranks, NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec: the job ended in $took s (exit $rc) naming the ladder's fatal wait"
+      verdict "$np" "create, $np ranks, $how FAKE_FAIL=$spec: ended cleanly in $took s" || true
+    elif [ $rc != 124 ] && [ $rc != 137 ] && grep -q "$want" "$d/err"; then
+      echo "fail_inject: create, $np ranks, $how FAKE_FAIL=$spec: the job ended in $took s (exit $rc) naming $named"
     else
-      echo "fail_inject: FAIL: create, $np ranks, NCCLMPI_TIMEOUT=3 FAKE_FAIL=$spec: exit $rc after $took s$([ $rc = 124 ] && echo ': timed out, a hang'), no fatal wait of the ladder reported"
+      echo "fail_inject: FAIL: create, $np ranks, $how FAKE_FAIL=$spec: exit $rc after $took s$([ $rc = 124 ] && echo ': timed out, a hang'), $named not reported"
       sed -n '/^fail_inject/p' "$d/out" | head -10
       grep -v '^fake_fail' "$d/err" | tail -8
       fail=1
@@ -114,9 +130,25 @@ ladder 3 0
 matrix 3 2 allreduce
 matrix 3 1 bcast
 matrix 3 0 burst
+ladder 2 1 grace
 # ncclCommInitRankConfig failing on one rank: its peers wait inside NCCL's initialization, where
 # no notice reaches them; with NCCLMPI_TIMEOUT that wait is fatal, and the job ends with an error
-# naming it (util/watchdog.h) instead of waiting for ever
+# naming it (util/watchdog.h) instead of waiting for ever; without it the failing rank ends the job
+# after NCCLMPI_CREATE_GRACE, naming its own failure
+for np in 2 3; do
+  t0=$(date +%s)
+  NCCLMPI_CREATE_GRACE=3 FAKE_FAIL=ncclCommInitRankConfig:$((np - 1)):1 run $np create
+  took=$(($(date +%s) - t0))
+  cases=$((cases + 1))
+  if [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 137 ] || ! grep -q "$own_wait" "$d/err" ||
+     ! grep -q "ncclCommInitRank) failed on this rank" "$d/err"; then
+    echo "fail_inject: FAIL: create, $np ranks, NCCLMPI_CREATE_GRACE=3, ncclCommInitRankConfig failed on rank $((np - 1)): exit $rc after $took s$([ $rc = 124 ] && echo ': timed out, a hang'), the failing rank did not end the job"
+    grep -v '^fake_fail' "$d/err" | tail -8
+    fail=1
+  else
+    echo "fail_inject: create, $np ranks, NCCLMPI_CREATE_GRACE=3, ncclCommInitRankConfig failed on rank $((np - 1)): the failing rank ended the job in $took s (exit $rc), naming its failure"
+  fi
+done
 for np in 2 3; do
   t0=$(date +%s)
   NCCLMPI_TIMEOUT=3 FAKE_FAIL=ncclCommInitRankConfig:$((np - 1)):1 run $np create

@@ -188,6 +188,24 @@ static const char kNcclConnectWait[] =
 static const char kNcclSplitWait[] =
     "inside NCCL's split of the parent's NCCL communicator (ncclCommSplit, NCCLMPI_EAGER), which every rank of the "
     "parent joins: a rank whose own split failed, or that is gone, leaves the others here";
+// What a rank whose own part failed tells, when its peers stay inside NCCL's wait for it
+// (util/watchdog.h, NCCLMPI_CREATE_GRACE)
+static const char kOwnInitFailed[] =
+    "NCCL's initialization of the communicator (ncclCommInitRank) failed on this rank, and its peers may be inside "
+    "theirs, waiting for it";
+static const char kOwnSplitFailed[] =
+    "NCCL's split of the parent's NCCL communicator (ncclCommSplit, NCCLMPI_EAGER) failed on this rank, and its peers "
+    "may be inside theirs, waiting for it";
+
+// The agreement after this rank's own part of a creation: marked, where that part failed, so that
+// a peer left inside NCCL's wait for it ends the job after NCCLMPI_CREATE_GRACE (util/watchdog.h)
+static nm_status_t agree_after(bool ok, int *all_ok, MPI_Comm comm, const std::string &desc, const char *what,
+                               const char *own_failure, int comm_id, std::string *err)
+{
+    if (ok || nm_cfg.CREATE_GRACE <= 0) return agree_min(ok, all_ok, comm, desc, what, err);
+    InnerFatalWait w("Comm_create", own_failure, comm_id, (double)nm_cfg.CREATE_GRACE);
+    return agree_min(0, all_ok, comm, desc, what, err);
+}
 
 // NCCL's connections made now (NCCLMPI_CONNECT), inside the creation every rank of comm is in,
 // after it agreed that all made the NCCL communicator: init: the algorithms NCCL picks for a
@@ -342,7 +360,7 @@ void comm_create(CommState *cs, int device)
         InnerFatalWait w("Comm_create", kNcclInitWait, cs->id);
         ok = pg->init_with_id(inits[0].id) == NM_OK;
     }
-    if (agree_min(ok, &all_ok, cs->comm, cs->describe(), kCreating, &err) != NM_OK)
+    if (agree_after(ok, &all_ok, cs->comm, cs->describe(), kCreating, kOwnInitFailed, cs->id, &err) != NM_OK)
         return creation_failed(cs, std::move(pg), nullptr, err);
     if (!all_ok) {
         if (ok) pg->fail("NCCL initialization failed on another rank");
@@ -420,7 +438,8 @@ static bool eager_split(CommState *ps, MPI_Comm parent, MPI_Comm child)
         }
     }
     std::string err;
-    if (agree_min(ok, &all_ok, parent, ps->describe(), "splitting the NCCL communicator (NCCLMPI_EAGER)", &err) != NM_OK)
+    if (agree_after(ok, &all_ok, parent, ps->describe(), "splitting the NCCL communicator (NCCLMPI_EAGER)", kOwnSplitFailed,
+                    ps->id, &err) != NM_OK)
         all_ok = 0;  // (the child's creation at its first use runs out the same way)
     if (!cs || cs->inter) return all_ok != 0;
     if (!all_ok) {

@@ -11,6 +11,7 @@
 #include "core/tl/oneshot/oneshot.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/watchdog.h"
 
 namespace ncclmpi {
 
@@ -140,6 +141,10 @@ static bool all_agree(bool mine, MPI_Comm comm, const std::string &desc, std::st
     return agree_min_bounded(mine ? 1 : 0, &all, comm, desc, "connecting its NCCL communicator", err) == NM_OK && all != 0;
 }
 
+static const char kOwnConnectFailed[] =
+    "an NCCL call connecting the communicator's ranks at its creation failed on this rank, and its peers may be inside "
+    "theirs, waiting for it";
+
 // The ladder's NCCL calls in order, one per step (each its own NCCL group: grouped calls of one
 // kind are sized together); false when step i is past the end.
 bool ProcessGroup::connect_step(int i, bool algorithms, bool peers, void *p, ncclResult_t *r)
@@ -204,8 +209,16 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bo
     ncclResult_t r = ncclSuccess;
     bool ok = true;
     for (int i = 0; ok && connect_step(i, algorithms, peers, (void *)b, &r); i++) {
-        if (r != ncclSuccess) fail(std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r));
-        ok = all_agree(r == ncclSuccess, comm, describe(), &err);
+        if (r == ncclSuccess) {
+            ok = all_agree(true, comm, describe(), &err);
+            continue;
+        }
+        fail(std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r));
+        // a peer may be inside its own call of this step, waiting for this rank's side of a
+        // connection, where nothing reaches it: after NCCLMPI_CREATE_GRACE this rank ends the job
+        const double grace = (double)nm_cfg.CREATE_GRACE;
+        InnerFatalWait w("Comm_create", kOwnConnectFailed, comm_id_, grace > 0 ? grace : 0);
+        ok = all_agree(false, comm, describe(), &err);
     }
     // a peer's calls may wait for this rank's on the GPU: the abort ends them (on every rank,
     // each having seen the same answer) before the stream is waited for
