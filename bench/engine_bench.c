@@ -479,6 +479,51 @@ int main(int argc, char **argv)
             free(tb);
             free(tc);
         }
+        /* a blocking device MPI_Sendrecv from each rank to itself (16 KiB, the row of a 4096-wide
+         * float grid: a periodic halo at one rank), interleaved with raw NCCL's send and receive
+         * to itself in one group + stream sync, and the floor, one cudaMemcpyAsync on the legacy
+         * stream + sync (the receive buffer is written when each returns) */
+        {
+            const size_t sb = 16384;
+            float *sa = NULL, *sr = NULL;
+            CK(cudaMalloc((void **)&sa, sb));
+            CK(cudaMalloc((void **)&sr, sb));
+            CK(cudaMemset(sa, 1, sb));
+            double *ta = malloc(R * sizeof(double)), *tb = malloc(R * sizeof(double)), *tc = malloc(R * sizeof(double));
+            for (int rep = -10; rep < R; rep++) {
+                MPI_Barrier(c);
+                double t1 = bench_now();
+                MPI_Sendrecv(sa, (int)(sb / 4), MPI_FLOAT, rank, 1, sr, (int)(sb / 4), MPI_FLOAT, rank, 1, c, MPI_STATUS_IGNORE);
+                double t2 = bench_now();
+                MPI_Barrier(c);
+                double t3 = bench_now();
+                NK(ncclGroupStart());
+                NK(ncclSend(sa, sb / 4, ncclFloat, rank, nc, s));
+                NK(ncclRecv(sr, sb / 4, ncclFloat, rank, nc, s));
+                NK(ncclGroupEnd());
+                CK(cudaStreamSynchronize(s));
+                double t4 = bench_now();
+                MPI_Barrier(c);
+                double t5 = bench_now();
+                CK(cudaMemcpyAsync(sr, sa, sb, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+                CK(cudaStreamSynchronize(cudaStreamLegacy));
+                double t6 = bench_now();
+                if (rep >= 0) {
+                    ta[rep] = (t2 - t1) * 1e6;
+                    tb[rep] = (t4 - t3) * 1e6;
+                    tc[rep] = (t6 - t5) * 1e6;
+                }
+            }
+            double ma = median(ta, R), mb = median(tb, R), mc = median(tc, R);
+            if (rank == 0)
+                printf("interleaved self 16 KiB: MPI_Sendrecv %.2f us, raw NCCL send+recv to itself %.2f us (%.2fx), "
+                       "cudaMemcpyAsync + sync %.2f us (%.2fx)\n", ma, mb, ma / mb, mc, ma / mc);
+            free(ta);
+            free(tb);
+            free(tc);
+            CK(cudaFree(sa));
+            CK(cudaFree(sr));
+        }
         launch_floor(c);
         if (rank == 0) {
             enum { N = 20000 };

@@ -28,6 +28,7 @@
 #include "core/tl/oneshot/oneshot.h"
 #include "core/tl/p2p/envelope.h"
 #include "core/tl/p2p/neighbor.h"
+#include "core/tl/p2p/self_copy.h"
 #include "core/tl/staged/persistent.h"
 #include "core/tl/shared/shared_gpu.h"
 #include "core/stream/enqueue.h"
@@ -663,6 +664,14 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         if ((o->flags & NM_OPF_PERS) && pers_restart_applies(o)) {
             *rc = pers_restart_init(o);
             return ENTER_DONE;
+        }
+        // a blocking MPI_Sendrecv to the rank itself: one device copy (self_copy.h)
+        if (NM_UNLIKELY(o->kind == NM_OPK_SENDRECV)) {
+            nm_status_t st = NM_OK;
+            if (p2p_self_sendrecv(o, x, b, nb, &st)) {
+                *rc = st == NM_OK ? MPI_SUCCESS : raise_error(o, st, "the device copy of a message to the rank itself failed");
+                return ENTER_DONE;
+            }
         }
         // NCCLMPI_P2P_ENVELOPE=device: a large contiguous device send goes as an envelope
         if (o->kind == NM_OPK_SEND && nb == 1 && b[0].dense && env_device() &&

@@ -287,6 +287,30 @@ typedef struct {
 } nm_defer_in_t;
 int nm_env_send_defers(const nm_defer_in_t *in);
 
+/* A blocking MPI_Sendrecv from a rank to itself on device memory: one device copy from the send
+ * buffer to the receive buffer, without the real MPI. Its receive can only take its own send's
+ * message: the source is the rank itself (or any source on a communicator of one rank), the tags
+ * match, and no other thread may send meanwhile (not MPI_THREAD_MULTIPLE); the caller then checks
+ * that no message is pending for the receive (PMPI_Iprobe; ncclmpi's probe queue: `held`). An
+ * earlier posted receive that would take the send instead leaves the receive nothing to match, so
+ * such a program waits forever under any MPI. Both buffers one run of device memory, the message
+ * no longer than the receive buffer (a truncation goes the real way, which reports it). */
+typedef struct {
+    int kind;                 /* NM_OPK_* */
+    unsigned flags;           /* NM_OPF_* */
+    int thread_multiple;      /* MPI_THREAD_MULTIPLE in this process */
+    int inter;                /* an intercommunicator */
+    int rank, size;           /* in the communicator */
+    int dest, source;         /* the call's, ranks (source_any: MPI_ANY_SOURCE) */
+    int source_any, tag_any;  /* MPI_ANY_SOURCE, MPI_ANY_TAG as the receive's */
+    int stag, rtag;
+    int device;               /* both buffers device memory on one device */
+    int contig;               /* each one run of bytes */
+    unsigned long long sbytes, rbytes;
+    int held;                 /* ncclmpi holds messages of the communicator taken out of matching */
+} nm_self_in_t;
+int nm_p2p_self_copy(const nm_self_in_t *in);
+
 /* ---- one thread's NCCL work at a time per process (NCCLMPI_RENDEZVOUS) ----
  * An NCCL kernel waits on the GPU for its peers' kernels, and a device-wide synchronisation of the
  * application's (cudaFree, cudaDeviceSynchronize) waits for every kernel in flight in its process,

@@ -65,6 +65,29 @@ static void test_p2p(void)
     CUDACHECK(cudaMemcpy(h, big, n * sizeof(int), cudaMemcpyDeviceToHost));
     CHECK(h[0] == prev * 1000 + 1 && h[9] == prev * 1000 + 28 && h[10] == 77 + 31 && h[n - 1] == 77 + (n - 1) * 3 + 1,
           "short message into long buffer: %d %d %d %d", h[0], h[9], h[10], h[n - 1]);
+    /* to itself: one device copy where the receive can take only the call's own send (the tail of a
+     * longer buffer untouched); with an earlier message pending (any tag) the receive takes that
+     * one and the call's send goes to the receive posted for it */
+    int *mine = dev_ints(n + 8, -5), *early = dev_ints(n, 555), *r2 = dev_ints(n, -9);
+    MPI_Sendrecv(s, n, MPI_INT, rank, 12, mine, n + 8, MPI_INT, rank, 12, MPI_COMM_WORLD, &st);
+    check_dev_ints(mine, n, rank * 1000, "Sendrecv to itself");
+    MPI_Get_count(&st, MPI_INT, &cnt);
+    CHECK(st.MPI_SOURCE == rank && st.MPI_TAG == 12 && cnt == n, "Sendrecv to itself: status src %d tag %d count %d",
+          st.MPI_SOURCE, st.MPI_TAG, cnt);
+    int tail[8];
+    CUDACHECK(cudaMemcpy(tail, mine + n, sizeof(tail), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8; i++) CHECK(tail[i] == -5 + (n + i) * 3 + 1, "Sendrecv to itself: tail %d = %d", i, tail[i]);
+    MPI_Request pr[2];
+    MPI_Irecv(r2, n, MPI_INT, rank, 14, MPI_COMM_WORLD, &pr[0]);
+    MPI_Isend(early, n, MPI_INT, rank, 13, MPI_COMM_WORLD, &pr[1]);
+    MPI_Sendrecv(s, n, MPI_INT, rank, 14, mine, n, MPI_INT, rank, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+    check_dev_ints(mine, n, 555, "Sendrecv to itself, an earlier message pending");
+    CHECK(st.MPI_TAG == 13, "Sendrecv to itself, an earlier message pending: tag %d", st.MPI_TAG);
+    MPI_Waitall(2, pr, MPI_STATUSES_IGNORE);
+    check_dev_ints(r2, n, rank * 1000, "Sendrecv to itself: its send to the receive posted before");
+    cudaFree(mine);
+    cudaFree(early);
+    cudaFree(r2);
     /* Test loop on a device Irecv */
     MPI_Request q;
     int flag = 0;

@@ -396,10 +396,12 @@ static void set_later(void *a)
     const struct copy_args *c = a;
     memset((void *)c->d, c->v, c->n);
 }
+EXPORT unsigned long fake_cuda_async_copies; /* cuMemcpyAsync calls that queued (test/unit/self_copy.sh) */
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
     if (fake_fail("cuMemcpyAsync")) return CUDA_ERROR_UNKNOWN;
     if (fake_cuda_fail_copies) return CUDA_ERROR_UNKNOWN;
+    fake_cuda_async_copies++;
     const struct copy_args c = {d, s, n, 0};
     fake_cuda_enqueue(st, copy_later, &c, sizeof(c));
     return CUDA_SUCCESS;

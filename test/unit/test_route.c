@@ -725,6 +725,49 @@ static void test_stage_paths(void)
     CHECK(!nm_env_send_defers(&df));
 }
 
+/* a blocking device MPI_Sendrecv to the rank itself: a copy only where its receive can take
+ * nothing but its own send */
+static void test_self_copy(void)
+{
+    const nm_self_in_t base = {NM_OPK_SENDRECV, 0, 0, 0, 2, 4, 2, 2, 0, 0, 7, 7, 1, 1, 4096, 4096, 0};
+    nm_self_in_t s = base;
+    CHECK(nm_p2p_self_copy(&s));
+    s.rbytes = 8192; /* a longer receive buffer: the message's bytes */
+    CHECK(nm_p2p_self_copy(&s));
+    s.rbytes = 4095; /* truncated: the real way reports it */
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.kind = NM_OPK_SENDRECV_REPLACE;
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.flags = NM_OPF_NB; /* MPI_Isendrecv: matched later, when other sends may come first */
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.flags = NM_OPF_PERS;
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.thread_multiple = 1; /* another thread's send to itself may be taken first */
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.inter = 1;
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.dest = 3;
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.source = 1;
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.source_any = 1; /* any source, four ranks: another rank's message may come first */
+    CHECK(!nm_p2p_self_copy(&s));
+    s.size = 1, s.rank = s.dest = 0; /* one rank: only itself */
+    CHECK(nm_p2p_self_copy(&s));
+    s = base, s.rtag = 8;
+    CHECK(!nm_p2p_self_copy(&s));
+    s.tag_any = 1;
+    CHECK(nm_p2p_self_copy(&s));
+    s = base, s.device = 0; /* host memory (or two devices) */
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.contig = 0; /* a type with gaps: the datatype path */
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.held = 1; /* a probe took a message out of matching: the receive may take it */
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.sbytes = 0; /* an empty message: nothing to copy, the status still says so */
+    CHECK(nm_p2p_self_copy(&s));
+}
+
 /* a one-shot op in an engine group: NCCL's where NCCL can run it, its kernel where not */
 static void test_oneshot_keeps(void)
 {
@@ -823,6 +866,7 @@ int main(void)
     test_stage_paths();
     test_rendezvous();
     test_oneshot_keeps();
+    test_self_copy();
     if (failures) {
         fprintf(stderr, "test_route: %d failure(s)\n", failures);
         return 1;

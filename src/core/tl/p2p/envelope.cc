@@ -1519,6 +1519,8 @@ int env_recv_queued(nm_op_t *o, int *rc, Stage *s)
     return 1;
 }
 
+bool env_holds_messages() { return queued.load(std::memory_order_acquire) != 0; }
+
 void env_comm_freed(MPI_Comm comm)
 {
     if (queued.load(std::memory_order_acquire) == 0) return;

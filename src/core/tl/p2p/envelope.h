@@ -100,6 +100,10 @@ nm_status_t env_copy_poll(int pool, int slot, uint64_t sweep);
 void env_copy_drop(int pool, int slot);
 bool env_device();
 
+// Whether a probe took messages out of the real MPI's matching that no receive has had yet (the
+// probe queue, any communicator): a receive may have to take one of them first.
+bool env_holds_messages();
+
 // A receive with room for fewer bytes than an envelope (not persistent, not of a matched message,
 // while no probe holds messages back): it has nothing to decode, since an envelope sent to it is
 // too long for it, which the real MPI reports itself (MPI_ERR_TRUNCATE, as for any message too

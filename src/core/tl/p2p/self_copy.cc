@@ -1,0 +1,62 @@
+// ncclmpi: a blocking device MPI_Sendrecv to the rank itself as one device copy (self_copy.h).
+#include "core/tl/p2p/self_copy.h"
+
+#include "core/cuda/cuda_api.h"
+#include "core/dtype/dense.h"
+#include "core/dtype/dtype.h"
+#include "core/engine/engine.h"
+#include "core/tl/p2p/envelope.h"
+#include "route/route.h"
+#include "util/config.h"
+#include "util/log.h"
+
+namespace ncclmpi {
+
+static bool on_device(const BufRef &r) { return r.kind == NM_MEM_DEVICE || r.kind == NM_MEM_MANAGED; }
+
+bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_status_t *st)
+{
+    if (!nm_cfg.P2P_SELF_COPY || o->kind != NM_OPK_SENDRECV || nb != 2 || !x.sd || !x.rd) return false;
+    nm_self_in_t in{};
+    in.kind = o->kind;
+    in.flags = o->flags;
+    in.thread_multiple = nm_thread_multiple;
+    in.inter = x.inter;
+    in.rank = x.rank;
+    in.size = x.size;
+    in.dest = o->peer;
+    in.source = o->rpeer;
+    in.source_any = o->rpeer == MPI_ANY_SOURCE;
+    in.tag_any = o->rtag == MPI_ANY_TAG;
+    in.stag = o->tag;
+    in.rtag = o->rtag;
+    in.device = on_device(b[0]) && on_device(b[1]) && b[0].device == b[1].device;
+    in.contig = x.sd->contig && x.rd->contig && b[0].dense && b[1].dense;
+    in.sbytes = (unsigned long long)o->scount * x.sd->size;
+    in.rbytes = (unsigned long long)o->rcount * x.rd->size;
+    in.held = env_holds_messages();
+    if (!nm_p2p_self_copy(&in)) return false;
+    // a message already pending for the receive (an earlier send to itself) is its to take
+    int pending = 0;
+    if (PMPI_Iprobe(x.rank, o->rtag, o->comm, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS || pending) return false;
+    *st = NM_OK;
+    if (in.sbytes) {
+        // after the application's earlier work on the legacy stream (the send buffer's data), and
+        // waited for: the receive buffer is the caller's when the call returns
+        if (cu.cuMemcpyAsync((CUdeviceptr)b[1].first(), (CUdeviceptr)b[0].first(), (size_t)in.sbytes, CU_STREAM_LEGACY) !=
+            CUDA_SUCCESS)
+            *st = NM_ERR_CUDA;
+        else
+            *st = sync_legacy();
+    }
+    if (*st == NM_OK && o->status && o->status != MPI_STATUS_IGNORE) {
+        o->status->MPI_SOURCE = x.rank;
+        o->status->MPI_TAG = o->tag;
+        PMPI_Status_set_elements_x(o->status, MPI_BYTE, (MPI_Count)in.sbytes);
+        PMPI_Status_set_cancelled(o->status, 0);
+    }
+    NM_TRACE(P2P, "MPI_Sendrecv to itself: %llu bytes copied on the device", in.sbytes);
+    return true;
+}
+
+}  // namespace ncclmpi

@@ -1,0 +1,206 @@
+/* self_copy_prog: blocking device MPI_Sendrecv from each rank to itself on the stand-in CUDA driver
+ * (test/unit/fake_cuda.c; its device memory is host memory, so the program fills and checks it
+ * directly), run by test/unit/self_copy.sh at 1-3 ranks, envelopes on and off. Where the receive
+ * can take nothing but the call's own send (route.h, nm_p2p_self_copy), the call is one device
+ * copy: the stand-in counts one cuMemcpyAsync (fake_cuda_async_copies; two or more on any other
+ * path). Where an earlier message is pending for the receive (an MPI_Isend to itself, one a probe
+ * took out of matching; a wildcard tag), the receive takes that one first, and the call's send
+ * goes to a receive posted before the call. Also: a longer receive buffer (the status counts the message; the rest
+ * untouched), an empty message, a host send buffer, any source (a copy at one rank only), and a
+ * receive buffer too short (MPI_ERR_TRUNCATE, as the real MPI says it). With SELF_COPY_THREADS the
+ * program runs at MPI_THREAD_MULTIPLE, where no call is a copy (another thread may send to the
+ * rank meanwhile) and every result must be the same. Buffers poisoned, every value checked. */
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stand_in.h"
+
+enum { N = 4096, EXTRA = 100, NBUF = 5 };  /* floats: 16 KiB messages (envelopes where they are on) */
+
+static int rank, size, failures, threads;
+static unsigned long *copies;  /* the stand-in's count of cuMemcpyAsync */
+
+#define CHECK(c, ...)                                                         \
+    do {                                                                      \
+        if (!(c)) {                                                           \
+            fprintf(stderr, "self_copy_prog: [rank %d] FAIL ", rank);        \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fprintf(stderr, "\n");                                            \
+            failures++;                                                       \
+        }                                                                     \
+    } while (0)
+
+/* SELF_COPY_TRACE: say each step on stderr (where a run waits) */
+static void step(const char *name)
+{
+    if (getenv("SELF_COPY_TRACE")) fprintf(stderr, "self_copy_prog: [rank %d] step %s\n", rank, name);
+}
+static float val(int seed, int i) { return (float)(seed * 100003 + rank * 1009 + i); }
+static void fill(float *p, int n, int seed)
+{
+    for (int i = 0; i < n; i++) p[i] = val(seed, i);
+}
+static void poison(float *p, int n)
+{
+    for (int i = 0; i < n; i++) p[i] = -7.0f;
+}
+static int same(const float *p, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] != val(seed, i)) return 0;
+    return 1;
+}
+static int poisoned(const float *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] != -7.0f) return 0;
+    return 1;
+}
+static void status_is(const MPI_Status *st, int tag, int count, const char *what)
+{
+    int n = -1;
+    MPI_Get_count(st, MPI_FLOAT, &n);
+    CHECK(st->MPI_SOURCE == rank && st->MPI_TAG == tag && n == count, "%s: status source %d tag %d count %d, want %d %d %d",
+          what, st->MPI_SOURCE, st->MPI_TAG, n, rank, tag, count);
+}
+/* the copies one call made: 1 where it is the device copy (none with threads) */
+static void copied_once(unsigned long before, const char *what)
+{
+    if (!copies) return;
+    const unsigned long n = *copies - before;
+    if (threads) CHECK(n != 1, "%s: %lu copy at MPI_THREAD_MULTIPLE, where no call is a copy", what, n);
+    else CHECK(n == 1, "%s: %lu device copies, want the one of a copy to itself", what, n);
+}
+
+int main(int argc, char **argv)
+{
+    threads = stand_in_mpi_init(&argc, &argv, "SELF_COPY_THREADS", &rank, &size) > 1;
+    CUdeviceptr b[NBUF];
+    void *drv = stand_in_driver("self_copy_prog", NBUF, (N + EXTRA) * sizeof(float), b);
+    if (!drv) MPI_Abort(MPI_COMM_WORLD, 1);
+    copies = (unsigned long *)dlsym(drv, "fake_cuda_async_copies");
+    CHECK(copies != NULL, "the stand-in driver counts no copies");
+    float *s = (float *)b[0], *r = (float *)b[1], *a = (float *)b[2], *a2 = (float *)b[3], *z = (float *)b[4];
+    float *h = malloc(N * sizeof(float));
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    MPI_Status st;
+    MPI_Request rq;
+    unsigned long c0;
+
+    /* 1: the copy, into a longer buffer: the message's count, the rest untouched */
+    for (int round = 0; round < 3; round++) {
+        fill(s, N, 1 + round);
+        poison(r, N + EXTRA);
+        c0 = copies ? *copies : 0;
+        int rc = MPI_Sendrecv(s, N, MPI_FLOAT, rank, 3, r, N + EXTRA, MPI_FLOAT, rank, 3, c, &st);
+        CHECK(rc == MPI_SUCCESS, "plain: rc %d", rc);
+        copied_once(c0, "plain");
+        CHECK(same(r, N, 1 + round) && poisoned(r + N, EXTRA), "plain round %d: wrong data", round);
+        status_is(&st, 3, N, "plain");
+    }
+    step("2");
+    /* 2: any tag; any source (a copy at one rank: no other rank can send) */
+    fill(s, N, 4);
+    poison(r, N);
+    c0 = copies ? *copies : 0;
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 4, r, N, MPI_FLOAT, rank, MPI_ANY_TAG, c, &st);
+    copied_once(c0, "any tag");
+    CHECK(same(r, N, 4), "any tag: wrong data");
+    status_is(&st, 4, N, "any tag");
+    fill(s, N, 5);
+    poison(r, N);
+    c0 = copies ? *copies : 0;
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 5, r, N, MPI_FLOAT, MPI_ANY_SOURCE, 5, c, &st);
+    if (size == 1) copied_once(c0, "any source, one rank");
+    CHECK(same(r, N, 5), "any source: wrong data");
+    status_is(&st, 5, N, "any source");
+    step("3");
+    /* 3-5: an earlier message to itself is the receive's. (The call's own send then goes to a
+     * receive posted before the call: a send that waited for a receive posted after it would wait
+     * for ever under any MPI, which may hold a standard send until it is matched.) 3: any tag,
+     * another tag pending */
+    fill(a, N, 6);
+    fill(s, N, 7);
+    poison(r, N);
+    poison(a2, N);
+    MPI_Request rr;
+    MPI_Irecv(a2, N, MPI_FLOAT, rank, 9, c, &rr);
+    MPI_Isend(a, N, MPI_FLOAT, rank, 8, c, &rq);
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 9, r, N, MPI_FLOAT, rank, MPI_ANY_TAG, c, &st);
+    CHECK(same(r, N, 6), "pending, any tag: the receive did not take the earlier message");
+    status_is(&st, 8, N, "pending, any tag");
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    CHECK(same(a2, N, 7), "pending, any tag: the call's send did not reach the receive posted for it");
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    step("4");
+    /* 4: the receive's own tag pending (the send to another tag, received before) */
+    fill(a, N, 8);
+    fill(s, N, 9);
+    poison(r, N);
+    poison(a2, N);
+    MPI_Irecv(a2, N, MPI_FLOAT, rank, 11, c, &rr);
+    MPI_Isend(a, N, MPI_FLOAT, rank, 10, c, &rq);
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 11, r, N, MPI_FLOAT, rank, 10, c, &st);
+    CHECK(same(r, N, 8), "pending: the receive did not take the earlier message");
+    status_is(&st, 10, N, "pending");
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    CHECK(same(a2, N, 9), "pending: the call's send did not reach the receive posted for it");
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    step("5");
+    /* 5: a message a probe found (taken out of the real MPI's matching, where it is an envelope) */
+    fill(a, N, 10);
+    fill(s, N, 11);
+    poison(r, N);
+    poison(a2, N);
+    MPI_Irecv(a2, N, MPI_FLOAT, rank, 13, c, &rr);
+    MPI_Isend(a, N, MPI_FLOAT, rank, 12, c, &rq);
+    MPI_Probe(rank, 12, c, &st);
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 13, r, N, MPI_FLOAT, rank, MPI_ANY_TAG, c, &st);
+    CHECK(same(r, N, 10), "probed: the receive did not take the probed message");
+    status_is(&st, 12, N, "probed");
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    CHECK(same(a2, N, 11), "probed: the call's send did not reach the receive posted for it");
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    step("6");
+    /* 6: a host send buffer into device memory */
+    for (int i = 0; i < N; i++) h[i] = val(12, i);
+    poison(r, N);
+    MPI_Sendrecv(h, N, MPI_FLOAT, rank, 13, r, N, MPI_FLOAT, rank, 13, c, &st);
+    CHECK(same(r, N, 12), "host send: wrong data");
+    status_is(&st, 13, N, "host send");
+    step("7");
+    /* 7: an empty message */
+    poison(z, N);
+    MPI_Sendrecv(s, 0, MPI_FLOAT, rank, 14, z, N, MPI_FLOAT, rank, 14, c, &st);
+    CHECK(poisoned(z, N), "empty: the receive buffer changed");
+    status_is(&st, 14, 0, "empty");
+    step("8");
+    /* 8: a receive buffer too short: the real MPI's class */
+    fill(s, N, 13);
+    int rc = MPI_Sendrecv(s, N, MPI_FLOAT, rank, 15, r, N / 2, MPI_FLOAT, rank, 15, c, &st), cls = -1;
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TRUNCATE, "truncated: class %d, want MPI_ERR_TRUNCATE", cls);
+    step("9");
+    /* 9: the copy again after all that: nothing left pending */
+    fill(s, N, 14);
+    poison(r, N);
+    c0 = copies ? *copies : 0;
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 3, r, N, MPI_FLOAT, rank, 3, c, &st);
+    copied_once(c0, "plain again");
+    CHECK(same(r, N, 14), "plain again: wrong data");
+    int flag = 1;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, &flag, MPI_STATUS_IGNORE);
+    CHECK(!flag, "a message is left over");
+    MPI_Comm_free(&c);
+    free(h);
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("self_copy_prog: %s (%d ranks%s)\n", all ? "FAILED" : "ok", size, threads ? ", MPI_THREAD_MULTIPLE" : "");
+    MPI_Finalize();
+    return all != 0;
+}
