@@ -284,6 +284,62 @@ static void launch_floor(MPI_Comm c)
     cudaFreeHost(hw);
 }
 
+/* Three ways of one blocking operation, timed rep by rep in turn (after a barrier each) so that
+ * drift hits all alike: the medians over R reps (10 first reps not counted), rank 0's. */
+struct ilv {
+    MPI_Comm c;
+    ncclComm_t nc;
+    cudaStream_t s;
+    float *one;     /* 8 B cases */
+    float *sa, *sr; /* the self cases' buffers, sb bytes */
+    size_t sb;
+};
+static void ilv_allreduce(struct ilv *x) { MPI_Allreduce(MPI_IN_PLACE, x->one, 2, MPI_FLOAT, MPI_SUM, x->c); }
+static void ilv_nccl_stream(struct ilv *x)
+{
+    NK(ncclAllReduce(x->one, x->one, 2, ncclFloat, ncclSum, x->nc, x->s));
+    CK(cudaStreamSynchronize(x->s));
+}
+static void ilv_nccl_legacy(struct ilv *x)
+{
+    NK(ncclAllReduce(x->one, x->one, 2, ncclFloat, ncclSum, x->nc, cudaStreamLegacy));
+    CK(cudaStreamSynchronize(cudaStreamLegacy));
+}
+static void ilv_self_sendrecv(struct ilv *x)
+{
+    const int n = (int)(x->sb / 4);
+    MPI_Sendrecv(x->sa, n, MPI_FLOAT, rank, 1, x->sr, n, MPI_FLOAT, rank, 1, x->c, MPI_STATUS_IGNORE);
+}
+static void ilv_self_nccl(struct ilv *x)
+{
+    NK(ncclGroupStart());
+    NK(ncclSend(x->sa, x->sb / 4, ncclFloat, rank, x->nc, x->s));
+    NK(ncclRecv(x->sr, x->sb / 4, ncclFloat, rank, x->nc, x->s));
+    NK(ncclGroupEnd());
+    CK(cudaStreamSynchronize(x->s));
+}
+static void ilv_self_copy(struct ilv *x)
+{
+    CK(cudaMemcpyAsync(x->sr, x->sa, x->sb, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+    CK(cudaStreamSynchronize(cudaStreamLegacy));
+}
+static void interleave3(struct ilv *x, void (*const f[3])(struct ilv *), double m[3])
+{
+    double *t[3];
+    for (int k = 0; k < 3; k++) t[k] = malloc(R * sizeof(double));
+    for (int rep = -10; rep < R; rep++)
+        for (int k = 0; k < 3; k++) {
+            MPI_Barrier(x->c);
+            const double t0 = bench_now();
+            f[k](x);
+            if (rep >= 0) t[k][rep] = (bench_now() - t0) * 1e6;
+        }
+    for (int k = 0; k < 3; k++) {
+        m[k] = median(t[k], R);
+        free(t[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *out = NULL;
@@ -449,80 +505,31 @@ int main(int argc, char **argv)
         /* the blocking 8 B call against raw NCCL on both streams, interleaved rep by rep so
          * drift hits all three alike */
         {
-            double *ta = malloc(R * sizeof(double)), *tb = malloc(R * sizeof(double)), *tc = malloc(R * sizeof(double));
-            for (int rep = -10; rep < R; rep++) {
-                MPI_Barrier(c);
-                double t1 = bench_now();
-                MPI_Allreduce(MPI_IN_PLACE, one, 2, MPI_FLOAT, MPI_SUM, c);
-                double t2 = bench_now();
-                MPI_Barrier(c);
-                double t3 = bench_now();
-                NK(ncclAllReduce(one, one, 2, ncclFloat, ncclSum, nc, s));
-                CK(cudaStreamSynchronize(s));
-                double t4 = bench_now();
-                MPI_Barrier(c);
-                double t5 = bench_now();
-                NK(ncclAllReduce(one, one, 2, ncclFloat, ncclSum, nc, cudaStreamLegacy));
-                CK(cudaStreamSynchronize(cudaStreamLegacy));
-                double t6 = bench_now();
-                if (rep >= 0) {
-                    ta[rep] = (t2 - t1) * 1e6;
-                    tb[rep] = (t4 - t3) * 1e6;
-                    tc[rep] = (t6 - t5) * 1e6;
-                }
-            }
-            double ma = median(ta, R), mb = median(tb, R), mc = median(tc, R);
+            struct ilv x = {c, nc, s, one, NULL, NULL, 0};
+            void (*const f[3])(struct ilv *) = {ilv_allreduce, ilv_nccl_stream, ilv_nccl_legacy};
+            double m[3];
+            interleave3(&x, f, m);
             if (rank == 0)
                 printf("interleaved 8 B: MPI_Allreduce %.2f us, raw NCCL on a stream %.2f us (+%.2f), on the legacy stream %.2f us (+%.2f)\n",
-                       ma, mb, ma - mb, mc, ma - mc);
-            free(ta);
-            free(tb);
-            free(tc);
+                       m[0], m[1], m[0] - m[1], m[2], m[0] - m[2]);
         }
         /* a blocking device MPI_Sendrecv from each rank to itself (16 KiB, the row of a 4096-wide
          * float grid: a periodic halo at one rank), interleaved with raw NCCL's send and receive
          * to itself in one group + stream sync, and the floor, one cudaMemcpyAsync on the legacy
          * stream + sync (the receive buffer is written when each returns) */
         {
-            const size_t sb = 16384;
-            float *sa = NULL, *sr = NULL;
-            CK(cudaMalloc((void **)&sa, sb));
-            CK(cudaMalloc((void **)&sr, sb));
-            CK(cudaMemset(sa, 1, sb));
-            double *ta = malloc(R * sizeof(double)), *tb = malloc(R * sizeof(double)), *tc = malloc(R * sizeof(double));
-            for (int rep = -10; rep < R; rep++) {
-                MPI_Barrier(c);
-                double t1 = bench_now();
-                MPI_Sendrecv(sa, (int)(sb / 4), MPI_FLOAT, rank, 1, sr, (int)(sb / 4), MPI_FLOAT, rank, 1, c, MPI_STATUS_IGNORE);
-                double t2 = bench_now();
-                MPI_Barrier(c);
-                double t3 = bench_now();
-                NK(ncclGroupStart());
-                NK(ncclSend(sa, sb / 4, ncclFloat, rank, nc, s));
-                NK(ncclRecv(sr, sb / 4, ncclFloat, rank, nc, s));
-                NK(ncclGroupEnd());
-                CK(cudaStreamSynchronize(s));
-                double t4 = bench_now();
-                MPI_Barrier(c);
-                double t5 = bench_now();
-                CK(cudaMemcpyAsync(sr, sa, sb, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
-                CK(cudaStreamSynchronize(cudaStreamLegacy));
-                double t6 = bench_now();
-                if (rep >= 0) {
-                    ta[rep] = (t2 - t1) * 1e6;
-                    tb[rep] = (t4 - t3) * 1e6;
-                    tc[rep] = (t6 - t5) * 1e6;
-                }
-            }
-            double ma = median(ta, R), mb = median(tb, R), mc = median(tc, R);
+            struct ilv x = {c, nc, s, NULL, NULL, NULL, 16384};
+            CK(cudaMalloc((void **)&x.sa, x.sb));
+            CK(cudaMalloc((void **)&x.sr, x.sb));
+            CK(cudaMemset(x.sa, 1, x.sb));
+            void (*const f[3])(struct ilv *) = {ilv_self_sendrecv, ilv_self_nccl, ilv_self_copy};
+            double m[3];
+            interleave3(&x, f, m);
             if (rank == 0)
                 printf("interleaved self 16 KiB: MPI_Sendrecv %.2f us, raw NCCL send+recv to itself %.2f us (%.2fx), "
-                       "cudaMemcpyAsync + sync %.2f us (%.2fx)\n", ma, mb, ma / mb, mc, ma / mc);
-            free(ta);
-            free(tb);
-            free(tc);
-            CK(cudaFree(sa));
-            CK(cudaFree(sr));
+                       "cudaMemcpyAsync + sync %.2f us (%.2fx)\n", m[0], m[1], m[0] / m[1], m[2], m[0] / m[2]);
+            CK(cudaFree(x.sa));
+            CK(cudaFree(x.sr));
         }
         launch_floor(c);
         if (rank == 0) {

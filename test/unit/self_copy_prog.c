@@ -75,6 +75,31 @@ static void copied_once(unsigned long before, const char *what)
     else CHECK(n == 1, "%s: %lu device copies, want the one of a copy to itself", what, n);
 }
 
+/* An earlier message (tag `early`, from buffer a, seed) is pending when the rank calls
+ * MPI_Sendrecv to itself (send tag `late` from s, receive tag rtag into r): the receive takes the
+ * earlier one; the call's send goes to the receive posted before it (into a2). probe: a probe
+ * finds the earlier message first (where it is an envelope, it leaves the real MPI's matching). */
+static void pending(const char *name, const char *what, int early, int late, int rtag, int probe, int seed, float *s,
+                    float *r, float *a, float *a2, MPI_Comm c)
+{
+    MPI_Request rr, rq;
+    MPI_Status st;
+    step(name);
+    fill(a, N, seed);
+    fill(s, N, seed + 1);
+    poison(r, N);
+    poison(a2, N);
+    MPI_Irecv(a2, N, MPI_FLOAT, rank, late, c, &rr);
+    MPI_Isend(a, N, MPI_FLOAT, rank, early, c, &rq);
+    if (probe) MPI_Probe(rank, early, c, &st);
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, late, r, N, MPI_FLOAT, rank, rtag, c, &st);
+    CHECK(same(r, N, seed), "%s: the receive did not take the earlier message", what);
+    status_is(&st, early, N, what);
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    CHECK(same(a2, N, seed + 1), "%s: the call's send did not reach the receive posted for it", what);
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+}
+
 int main(int argc, char **argv)
 {
     threads = stand_in_mpi_init(&argc, &argv, "SELF_COPY_THREADS", &rank, &size) > 1;
@@ -89,7 +114,6 @@ int main(int argc, char **argv)
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     MPI_Status st;
-    MPI_Request rq;
     unsigned long c0;
 
     /* 1: the copy, into a longer buffer: the message's count, the rest untouched */
@@ -119,53 +143,12 @@ int main(int argc, char **argv)
     if (size == 1) copied_once(c0, "any source, one rank");
     CHECK(same(r, N, 5), "any source: wrong data");
     status_is(&st, 5, N, "any source");
-    step("3");
     /* 3-5: an earlier message to itself is the receive's. (The call's own send then goes to a
      * receive posted before the call: a send that waited for a receive posted after it would wait
-     * for ever under any MPI, which may hold a standard send until it is matched.) 3: any tag,
-     * another tag pending */
-    fill(a, N, 6);
-    fill(s, N, 7);
-    poison(r, N);
-    poison(a2, N);
-    MPI_Request rr;
-    MPI_Irecv(a2, N, MPI_FLOAT, rank, 9, c, &rr);
-    MPI_Isend(a, N, MPI_FLOAT, rank, 8, c, &rq);
-    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 9, r, N, MPI_FLOAT, rank, MPI_ANY_TAG, c, &st);
-    CHECK(same(r, N, 6), "pending, any tag: the receive did not take the earlier message");
-    status_is(&st, 8, N, "pending, any tag");
-    MPI_Wait(&rr, MPI_STATUS_IGNORE);
-    CHECK(same(a2, N, 7), "pending, any tag: the call's send did not reach the receive posted for it");
-    MPI_Wait(&rq, MPI_STATUS_IGNORE);
-    step("4");
-    /* 4: the receive's own tag pending (the send to another tag, received before) */
-    fill(a, N, 8);
-    fill(s, N, 9);
-    poison(r, N);
-    poison(a2, N);
-    MPI_Irecv(a2, N, MPI_FLOAT, rank, 11, c, &rr);
-    MPI_Isend(a, N, MPI_FLOAT, rank, 10, c, &rq);
-    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 11, r, N, MPI_FLOAT, rank, 10, c, &st);
-    CHECK(same(r, N, 8), "pending: the receive did not take the earlier message");
-    status_is(&st, 10, N, "pending");
-    MPI_Wait(&rr, MPI_STATUS_IGNORE);
-    CHECK(same(a2, N, 9), "pending: the call's send did not reach the receive posted for it");
-    MPI_Wait(&rq, MPI_STATUS_IGNORE);
-    step("5");
-    /* 5: a message a probe found (taken out of the real MPI's matching, where it is an envelope) */
-    fill(a, N, 10);
-    fill(s, N, 11);
-    poison(r, N);
-    poison(a2, N);
-    MPI_Irecv(a2, N, MPI_FLOAT, rank, 13, c, &rr);
-    MPI_Isend(a, N, MPI_FLOAT, rank, 12, c, &rq);
-    MPI_Probe(rank, 12, c, &st);
-    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 13, r, N, MPI_FLOAT, rank, MPI_ANY_TAG, c, &st);
-    CHECK(same(r, N, 10), "probed: the receive did not take the probed message");
-    status_is(&st, 12, N, "probed");
-    MPI_Wait(&rr, MPI_STATUS_IGNORE);
-    CHECK(same(a2, N, 11), "probed: the call's send did not reach the receive posted for it");
-    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+     * for ever under any MPI, which may hold a standard send until it is matched.) */
+    pending("3", "pending, any tag", 8, 9, MPI_ANY_TAG, 0, 6, s, r, a, a2, c);
+    pending("4", "pending", 10, 11, 10, 0, 8, s, r, a, a2, c);
+    pending("5", "probed", 12, 13, MPI_ANY_TAG, 1, 10, s, r, a, a2, c);
     step("6");
     /* 6: a host send buffer into device memory */
     for (int i = 0; i < N; i++) h[i] = val(12, i);
