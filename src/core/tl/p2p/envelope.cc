@@ -1568,7 +1568,7 @@ void env_gate_drop()
 
 // Whether comm is revoked (ULFM): Open MPI 5.0.11 answers a blocking receive there with
 // MPI_ERR_REVOKED at once, but never completes an MPI_Irecv posted after the revocation
-static bool revoked(MPI_Comm comm)
+bool comm_revoked(MPI_Comm comm)
 {
 #if NM_BUILD_HAVE_COMM_IS_REVOKED
     int flag = 0;
@@ -1586,7 +1586,7 @@ int env_gate_post(nm_op_t *o)
     int pos = 0;
     const bool replace = blocking && o->kind == NM_OPK_SENDRECV_REPLACE && o->peer != MPI_PROC_NULL;
     // (on a revoked communicator the real MPI's blocking call fails at once: made as it is)
-    if (!blocking || (replace && !pack_replaced(o, &packed, &pos)) || revoked(o->comm)) {
+    if (!blocking || (replace && !pack_replaced(o, &packed, &pos)) || comm_revoked(o->comm)) {
         // a post already (or arguments the real MPI rejects before it matches anything)
         const int rc = nm_real_fns[o->fn](o);
         env_gate_drop();

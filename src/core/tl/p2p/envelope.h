@@ -100,6 +100,10 @@ nm_status_t env_copy_poll(int pool, int slot, uint64_t sweep);
 void env_copy_drop(int pool, int slot);
 bool env_device();
 
+// Whether comm is revoked (ULFM, where the MPI has it): the real MPI fails a blocking receive there
+// at once.
+bool comm_revoked(MPI_Comm comm);
+
 // Whether a probe took messages out of the real MPI's matching that no receive has had yet (the
 // probe queue, any communicator): a receive may have to take one of them first.
 bool env_holds_messages();

@@ -38,7 +38,10 @@ bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_s
     if (!nm_p2p_self_copy(&in)) return false;
     // a message already pending for the receive (an earlier send to itself) is its to take
     int pending = 0;
-    if (PMPI_Iprobe(x.rank, o->rtag, o->comm, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS || pending) return false;
+    // (a revoked communicator: the real MPI's call reports it)
+    if (comm_revoked(o->comm) || PMPI_Iprobe(x.rank, o->rtag, o->comm, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+        pending)
+        return false;
     *st = NM_OK;
     if (in.sbytes) {
         // after the application's earlier work on the legacy stream (the send buffer's data), and
