@@ -665,8 +665,8 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
             *rc = pers_restart_init(o);
             return ENTER_DONE;
         }
-        // a blocking MPI_Sendrecv to the rank itself: one device copy (self_copy.h)
-        if (NM_UNLIKELY(o->kind == NM_OPK_SENDRECV)) {
+        // a blocking MPI_Sendrecv(_replace) to the rank itself: one device copy, or none (self_copy.h)
+        if (NM_UNLIKELY(o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE)) {
             nm_status_t st = NM_OK;
             if (p2p_self_sendrecv(o, x, b, nb, &st)) {
                 *rc = st == NM_OK ? MPI_SUCCESS : raise_error(o, st, "the device copy of a message to the rank itself failed");

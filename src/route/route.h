@@ -294,9 +294,12 @@ int nm_env_send_defers(const nm_defer_in_t *in);
  * that no message is pending for the receive (PMPI_Iprobe; ncclmpi's probe queue: `held`). An
  * earlier posted receive that would take the send instead leaves the receive nothing to match, so
  * such a program waits forever under any MPI. Both buffers one run of device memory, the message
- * no longer than the receive buffer (a truncation goes the real way, which reports it). */
+ * no longer than the receive buffer (a truncation goes the real way, which reports it).
+ * MPI_Sendrecv_replace to itself under the same conditions receives what it sent into the buffer
+ * it sent from: nothing to copy, whatever its datatype (device memory: contig and the sizes are
+ * not asked). */
 typedef struct {
-    int kind;                 /* NM_OPK_* */
+    int kind;                 /* NM_OPK_SENDRECV or NM_OPK_SENDRECV_REPLACE (else 0 is returned) */
     unsigned flags;           /* NM_OPF_* */
     int thread_multiple;      /* MPI_THREAD_MULTIPLE in this process */
     int inter;                /* an intercommunicator */

@@ -61,11 +61,14 @@ int nm_env_send_defers(const nm_defer_in_t *in)
 
 int nm_p2p_self_copy(const nm_self_in_t *in)
 {
-    if (in->kind != NM_OPK_SENDRECV || (in->flags & (NM_OPF_NB | NM_OPF_PERS)) || in->thread_multiple || in->inter)
+    const int replace = in->kind == NM_OPK_SENDRECV_REPLACE;
+    if ((in->kind != NM_OPK_SENDRECV && !replace) || (in->flags & (NM_OPF_NB | NM_OPF_PERS)) || in->thread_multiple ||
+        in->inter)
         return 0;
     if (in->dest != in->rank || !(in->source_any ? in->size == 1 : in->source == in->rank)) return 0;
     if (!in->tag_any && in->rtag != in->stag) return 0;
-    return in->device && in->contig && in->sbytes <= in->rbytes && !in->held;
+    if (!in->device || in->held) return 0;
+    return replace || (in->contig && in->sbytes <= in->rbytes);  /* (replace: the buffer keeps what it sends) */
 }
 
 int nm_launch_rendezvous(int setting, int any_thread_multiple)

@@ -88,6 +88,23 @@ static void test_p2p(void)
     cudaFree(mine);
     cudaFree(early);
     cudaFree(r2);
+    /* MPI_Sendrecv_replace of a large device buffer receiving around the ring what an MPI_Isend
+     * sent (an envelope where they are on: decoded into the buffer), then to itself */
+    int *rep = dev_ints(n, -3);
+    MPI_Request rq2;
+    MPI_Isend(s, n, MPI_INT, next, 15, MPI_COMM_WORLD, &rq2);
+    MPI_Sendrecv_replace(rep, n, MPI_INT, MPI_PROC_NULL, 0, prev, 15, MPI_COMM_WORLD, &st);
+    MPI_Wait(&rq2, MPI_STATUS_IGNORE);
+    check_dev_ints(rep, n, prev * 1000, "Sendrecv_replace around the ring");
+    MPI_Get_count(&st, MPI_INT, &cnt);
+    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 15 && cnt == n, "Sendrecv_replace status src %d tag %d count %d",
+          st.MPI_SOURCE, st.MPI_TAG, cnt);
+    MPI_Sendrecv_replace(rep, n, MPI_INT, rank, 16, rank, 16, MPI_COMM_WORLD, &st);
+    check_dev_ints(rep, n, prev * 1000, "Sendrecv_replace to itself");
+    MPI_Get_count(&st, MPI_INT, &cnt);
+    CHECK(st.MPI_SOURCE == rank && st.MPI_TAG == 16 && cnt == n, "Sendrecv_replace to itself: status src %d tag %d count %d",
+          st.MPI_SOURCE, st.MPI_TAG, cnt);
+    cudaFree(rep);
     /* Test loop on a device Irecv */
     MPI_Request q;
     int flag = 0;

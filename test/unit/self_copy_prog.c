@@ -7,7 +7,10 @@
  * took out of matching; a wildcard tag), the receive takes that one first, and the call's send
  * goes to a receive posted before the call. Also: a longer receive buffer (the status counts the message; the rest
  * untouched), an empty message, a host send buffer, any source (a copy at one rank only), and a
- * receive buffer too short (MPI_ERR_TRUNCATE, as the real MPI says it). With SELF_COPY_THREADS the
+ * receive buffer too short (MPI_ERR_TRUNCATE, as the real MPI says it); MPI_Sendrecv_replace to
+ * itself (no copy: the buffer keeps what it sends), alone and with a message pending, and around
+ * the ring (an MPI_Isend's envelope from another rank, decoded into the buffer). With
+ * SELF_COPY_THREADS the
  * program runs at MPI_THREAD_MULTIPLE, where no call is a copy (another thread may send to the
  * rank meanwhile) and every result must be the same. Buffers poisoned, every value checked. */
 #include <dlfcn.h>
@@ -66,14 +69,16 @@ static void status_is(const MPI_Status *st, int tag, int count, const char *what
     CHECK(st->MPI_SOURCE == rank && st->MPI_TAG == tag && n == count, "%s: status source %d tag %d count %d, want %d %d %d",
           what, st->MPI_SOURCE, st->MPI_TAG, n, rank, tag, count);
 }
-/* the copies one call made: 1 where it is the device copy (none with threads) */
-static void copied_once(unsigned long before, const char *what)
+/* the copies one call made: `want` where it is the self path (1 for a copy, 0 for
+ * MPI_Sendrecv_replace; a different count at MPI_THREAD_MULTIPLE, where no call takes it) */
+static void copied(unsigned long before, unsigned long want, const char *what)
 {
     if (!copies) return;
     const unsigned long n = *copies - before;
-    if (threads) CHECK(n != 1, "%s: %lu copy at MPI_THREAD_MULTIPLE, where no call is a copy", what, n);
-    else CHECK(n == 1, "%s: %lu device copies, want the one of a copy to itself", what, n);
+    if (threads) CHECK(n != want, "%s: %lu copies at MPI_THREAD_MULTIPLE, where no call is the self path", what, n);
+    else CHECK(n == want, "%s: %lu device copies, want %lu", what, n, want);
 }
+static void copied_once(unsigned long before, const char *what) { copied(before, 1, what); }
 
 /* An earlier message (tag `early`, from buffer a, seed) is pending when the rank calls
  * MPI_Sendrecv to itself (send tag `late` from s, receive tag rtag into r): the receive takes the
@@ -114,6 +119,7 @@ int main(int argc, char **argv)
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     MPI_Status st;
+    MPI_Request rq;
     unsigned long c0;
 
     /* 1: the copy, into a longer buffer: the message's count, the rest untouched */
@@ -176,6 +182,45 @@ int main(int argc, char **argv)
     MPI_Sendrecv(s, N, MPI_FLOAT, rank, 3, r, N, MPI_FLOAT, rank, 3, c, &st);
     copied_once(c0, "plain again");
     CHECK(same(r, N, 14), "plain again: wrong data");
+    step("10");
+    /* 10: MPI_Sendrecv_replace to itself: its buffer holds what it receives, no copy; with an
+     * earlier message pending (any tag), the buffer takes that one and its send goes to the
+     * receive posted for it */
+    fill(s, N, 15);
+    c0 = copies ? *copies : 0;
+    MPI_Sendrecv_replace(s, N, MPI_FLOAT, rank, 16, rank, 16, c, &st);
+    copied(c0, 0, "replace");
+    CHECK(same(s, N, 15), "replace: the buffer changed");
+    status_is(&st, 16, N, "replace");
+    fill(s, N, 16);
+    fill(a, N, 17);
+    poison(a2, N);
+    MPI_Request rr2[2];
+    MPI_Irecv(a2, N, MPI_FLOAT, rank, 18, c, &rr2[0]);
+    MPI_Isend(a, N, MPI_FLOAT, rank, 17, c, &rr2[1]);
+    MPI_Sendrecv_replace(s, N, MPI_FLOAT, rank, 18, rank, MPI_ANY_TAG, c, &st);
+    CHECK(same(s, N, 17), "replace, pending: the buffer did not take the earlier message");
+    status_is(&st, 17, N, "replace, pending");
+    MPI_Waitall(2, rr2, MPI_STATUSES_IGNORE);
+    CHECK(same(a2, N, 16), "replace, pending: its send did not carry the buffer's old content");
+    step("11");
+    /* 11: MPI_Sendrecv_replace receiving around the ring what an MPI_Isend sent (an envelope where
+     * they are on, which the buffer must decode; it did not before 2026-12-07) */
+    if (size > 1) {
+        const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+        fill(a, N, 18);
+        poison(s, N);
+        MPI_Isend(a, N, MPI_FLOAT, next, 19, c, &rq);
+        MPI_Sendrecv_replace(s, N, MPI_FLOAT, MPI_PROC_NULL, 0, prev, 19, c, &st);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += s[i] != (float)(18 * 100003 + prev * 1009 + i);
+        CHECK(!bad, "replace around the ring: %d wrong values", bad);
+        int n = -1;
+        MPI_Get_count(&st, MPI_FLOAT, &n);
+        CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 19 && n == N, "replace around the ring: status %d %d %d",
+              st.MPI_SOURCE, st.MPI_TAG, n);
+    }
     int flag = 1;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, &flag, MPI_STATUS_IGNORE);
     CHECK(!flag, "a message is left over");

@@ -736,7 +736,17 @@ static void test_self_copy(void)
     CHECK(nm_p2p_self_copy(&s));
     s.rbytes = 4095; /* truncated: the real way reports it */
     CHECK(!nm_p2p_self_copy(&s));
-    s = base, s.kind = NM_OPK_SENDRECV_REPLACE;
+    s = base, s.kind = NM_OPK_SENDRECV_REPLACE; /* its own message back into its buffer: nothing to copy */
+    CHECK(nm_p2p_self_copy(&s));
+    s.contig = 0; /* any datatype */
+    CHECK(nm_p2p_self_copy(&s));
+    s.device = 0;
+    CHECK(!nm_p2p_self_copy(&s));
+    s.device = 1, s.rtag = 8;
+    CHECK(!nm_p2p_self_copy(&s));
+    s.rtag = 7, s.held = 1;
+    CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.kind = NM_OPK_SEND;
     CHECK(!nm_p2p_self_copy(&s));
     s = base, s.flags = NM_OPF_NB; /* MPI_Isendrecv: matched later, when other sends may come first */
     CHECK(!nm_p2p_self_copy(&s));

@@ -16,7 +16,9 @@ static bool on_device(const BufRef &r) { return r.kind == NM_MEM_DEVICE || r.kin
 
 bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_status_t *st)
 {
-    if (!nm_cfg.P2P_SELF_COPY || o->kind != NM_OPK_SENDRECV || nb != 2 || !x.sd || !x.rd) return false;
+    const bool replace = o->kind == NM_OPK_SENDRECV_REPLACE;
+    if (!nm_cfg.P2P_SELF_COPY || !(o->kind == NM_OPK_SENDRECV ? nb == 2 && x.sd : replace && nb == 1) || !x.rd)
+        return false;
     nm_self_in_t in{};
     in.kind = o->kind;
     in.flags = o->flags;
@@ -30,10 +32,10 @@ bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_s
     in.tag_any = o->rtag == MPI_ANY_TAG;
     in.stag = o->tag;
     in.rtag = o->rtag;
-    in.device = on_device(b[0]) && on_device(b[1]) && b[0].device == b[1].device;
-    in.contig = x.sd->contig && x.rd->contig && b[0].dense && b[1].dense;
-    in.sbytes = (unsigned long long)o->scount * x.sd->size;
+    in.device = on_device(b[0]) && (replace || (on_device(b[1]) && b[0].device == b[1].device));
+    in.contig = !replace && x.sd->contig && x.rd->contig && b[0].dense && b[1].dense;
     in.rbytes = (unsigned long long)o->rcount * x.rd->size;
+    in.sbytes = replace ? in.rbytes : (unsigned long long)o->scount * x.sd->size;
     in.held = env_holds_messages();
     if (!nm_p2p_self_copy(&in)) return false;
     // a message already pending for the receive (an earlier send to itself) is its to take
@@ -43,7 +45,7 @@ bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_s
         pending)
         return false;
     *st = NM_OK;
-    if (in.sbytes) {
+    if (in.sbytes && !replace) {  // (replace: the buffer already holds what it receives)
         // after the application's earlier work on the legacy stream (the send buffer's data), and
         // waited for: the receive buffer is the caller's when the call returns
         if (cu.cuMemcpyAsync((CUdeviceptr)b[1].first(), (CUdeviceptr)b[0].first(), (size_t)in.sbytes, CU_STREAM_LEGACY) !=

@@ -2,6 +2,7 @@
 // (route.h, nm_p2p_self_copy, says where it applies and why its receive can only take its own
 // send). Without it such a call went through the staged path or an envelope: a copy into the
 // pool or to the host, a message to itself through the real MPI, a copy out, and the release.
+// MPI_Sendrecv_replace to itself is then no copy at all: its buffer holds what it receives.
 #ifndef NM_CORE_P2P_SELF_COPY_H
 #define NM_CORE_P2P_SELF_COPY_H
 #include "core/dtype/buffers.h"

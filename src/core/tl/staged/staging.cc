@@ -378,8 +378,8 @@ nm_status_t stage_in(nm_op_t *o, const BufRef *b, int nb, Stage **out, bool copy
         }
         s->n++;
         char *shadow = r.host - b[i].lo;  // where the caller's pointer maps
-        if (b[i].is_recv && !r.counted && (nm_opk(o->kind) & NM_KF_P2P) && env_on() && !s->decode &&
-            o->kind != NM_OPK_SENDRECV_REPLACE) {
+        // (MPI_Sendrecv_replace's buffer too: what it receives may be an envelope)
+        if (b[i].is_recv && !r.counted && (nm_opk(o->kind) & NM_KF_P2P) && env_on() && !s->decode) {
             if (o->status == MPI_STATUS_IGNORE) o->status = &s->status;
             PMPI_Type_dup(o->rtype, &s->rtype_dup);
             s->decode = decode_new(Decode{shadow, o->rcount, s->rtype_dup, o->comm != MPI_COMM_NULL ? o->comm : MPI_COMM_WORLD, {}});
