@@ -1,11 +1,13 @@
 // ncclmpi: a blocking device MPI_Sendrecv to the rank itself as one device copy (self_copy.h).
 #include "core/tl/p2p/self_copy.h"
 
+#include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/dtype/dense.h"
 #include "core/dtype/dtype.h"
 #include "core/engine/engine.h"
 #include "core/tl/p2p/envelope.h"
+#include "core/tl/staged/staging.h"
 #include "route/route.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -46,8 +48,12 @@ bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_s
         return false;
     *st = NM_OK;
     if (in.sbytes && !replace) {  // (replace: the buffer already holds what it receives)
-        // after the application's earlier work on the legacy stream (the send buffer's data), and
-        // waited for: the receive buffer is the caller's when the call returns
+        // after the application's earlier work on the legacy stream of the buffers' device (the
+        // send buffer's data), and waited for: the receive buffer is the caller's when the call
+        // returns. In that device's context, as the staged path copies: the calling thread may
+        // have none current (MPI_THREAD_FUNNELED, the CUDA work on other threads).
+        Device *d = device_get(b[0].device);
+        DeviceGuard g(d ? d->ctx : nullptr);
         if (cu.cuMemcpyAsync((CUdeviceptr)b[1].first(), (CUdeviceptr)b[0].first(), (size_t)in.sbytes, CU_STREAM_LEGACY) !=
             CUDA_SUCCESS)
             *st = NM_ERR_CUDA;
