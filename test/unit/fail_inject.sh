@@ -33,6 +33,11 @@ prog="$b/test/unit/fail_inject_prog"
 . "$(dirname "$0")/stand_in.sh"
 stand_in fail_inject "$b" "$d" "$prog"
 export FAKE_NCCL_SHM=1 FAKE_CUDA_DEVICE_PER_RANK=1 FAKE_CUDA_ASYNC=1 NCCLMPI_ONESHOT=0
+# a failing run must make the calls its traced run made: a coalescing window longer than the test
+# (100 s) makes a burst one group every time (with the default 20 us, how many of its operations
+# a loaded machine launches alone varies from run to run, and the nth call of a kind moved out of
+# the window, into the fresh communicator's creation)
+export NCCLMPI_COALESCE_WINDOW=100000000
 calls='cuMemAlloc|cuMemAllocAsync|cuMemAllocHost|cuMemHostAlloc|cuMemcpy|cuMemcpyAsync|cuMemcpy2DAsync|cuMemsetD8Async|cuLaunchKernel|cuEventCreate|cuEventRecord|cuStreamWriteValue64|ncclGetUniqueId|ncclGroupStart|ncclGroupEnd|ncclAllReduce|ncclBroadcast|ncclReduce|ncclAllGather|ncclReduceScatter|ncclSend|ncclRecv'
 fail=0
 cases=0
@@ -44,6 +49,15 @@ run() {
   rc=$?
   [ $rc = 77 ] && exit 77
   return $rc
+}
+# inside RANK: 0 when the last run's injected failure (fake_fail.h's "(fails)" line) came inside
+# RANK's window, or when the run injected none
+inside() {
+  awk -v r="$1" '
+    $0 ~ "^fail_inject: r" r " window begin" { w = 1 }
+    $0 ~ "^fail_inject: r" r " window end" { w = 0 }
+    $1 == "fake_fail" && $2 == "r" r && / \(fails\)$/ && !w { out = 1 }
+    END { exit out }' "$d/err"
 }
 # verdict NP WHAT: the last run's classes agree and the fresh communicator worked on every rank
 verdict() {
@@ -80,6 +94,12 @@ matrix() {
   for spec in $(cat "$d/cases"); do
     cases=$((cases + 1))
     FAKE_FAIL=$spec run "$np" "$sc"
+    if ! inside "$r"; then
+      echo "fail_inject: FAIL: $sc, $np ranks, FAKE_FAIL=$spec (exit $rc): the failure came outside the window: this run's calls differed from the traced run's"
+      grep '^fake_fail.*(fails)' "$d/err"
+      fail=1
+      continue
+    fi
     verdict "$np" "$sc, $np ranks, FAKE_FAIL=$spec"
   done
 }

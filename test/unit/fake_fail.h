@@ -3,7 +3,8 @@
  * makes the nth call (counted from 1, per name and process) of the stand-in entry point <call>
  * fail on the process of that MPI_COMM_WORLD rank, before it does anything; every other call
  * works. FAKE_FAIL_TRACE=1 prints each counted call ("fake_fail r<rank> <call> <n>") to stderr, so
- * that a test can see which nth call is the one it means. The rank is the launcher's
+ * that a test can see which nth call is the one it means; a call made to fail prints its line
+ * ("... (fails)") with or without it. The rank is the launcher's
  * (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK): the stand-ins are called before MPI_Init too.
  * Included once by each stand-in library: each counts its own calls. */
 #ifndef NM_TEST_FAKE_FAIL_H
@@ -76,7 +77,7 @@ static int fake_fail(const char *name)
     if (s >= 0) {
         const unsigned long n = ++ff_tab[s].calls;
         for (int k = 0; k < 4; k++) fail |= ff_tab[s].fail_at[k] == n;
-        if (ff_trace) fprintf(stderr, "fake_fail r%d %s %lu%s\n", ff_rank(), name, n, fail ? " (fails)" : "");
+        if (ff_trace || fail) fprintf(stderr, "fake_fail r%d %s %lu%s\n", ff_rank(), name, n, fail ? " (fails)" : "");
     }
     pthread_mutex_unlock(&ff_mu);
     return fail;
