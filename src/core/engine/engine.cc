@@ -329,8 +329,10 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
     Completion *d = nullptr;
     if (st == NM_OK) {
         d = completion_get(pg, n);
-        if (ops[n - 1]->enqueued()) {
-            // no marker per op: enqueued ops are marked in batches (engine_run_enqueued)
+        const bool batched = ops[n - 1]->enqueued();
+        if (batched) {
+            // no marker per op: enqueued ops are marked in batches (engine_run_enqueued), and
+            // nothing polls their own completion (op_poll: tasks and blocking calls only)
         } else if (n == 1 && ops[0]->kdone) {  // written by the op's kernel (one-shot)
             d->flag = ops[0]->kdone;
             d->ticket = ops[0]->kdone_ticket;
@@ -339,7 +341,7 @@ static nm_status_t launch(CommState *cs, Op *const *ops, int n, CUstream s, std:
         } else {
             d->flag = pg->flag_write(s, &d->ticket);
         }
-        if (!d->flag && !d->legacy && (!(d->ev = pg->event_get()) || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS)) {
+        if (!batched && !d->flag && !d->legacy && (!(d->ev = pg->event_get()) || cu.cuEventRecord(d->ev, s) != CUDA_SUCCESS)) {
             *err = "cannot record the completion event";
             st = NM_ERR_CUDA;
             completion_put(d);
