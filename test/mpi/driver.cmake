@@ -17,7 +17,7 @@ if(EXISTS "${STUB_DRIVER}")
   set(nm_hz_stubdriver threads coalesce_triggers explicit_group field_range group_mix first_nb_crossing empty_gatherv_first envelope_order)
   set(nm_hz_envelope progress first_nb_crossing comm_free_outstanding threads fuzz envelope_order coalesce_triggers)
   set(nm_hz_env_stubdriver "NM_TEST_PRELOAD=${STUB_DRIVER}")
-  set(nm_hz_env_envelope "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=256")
+  set(nm_hz_env_envelope "NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=512")
   foreach(variant stubdriver envelope)
     foreach(sc IN LISTS nm_hz_${variant})
       add_test(mpi_hazard_${sc}_np3_${variant} "${RUN}" 3 preload "${B}/test/gpu/gpu_hazard" --host ${sc})
@@ -63,7 +63,7 @@ if(EXISTS "${STUB_DRIVER}")
   add_test(mpi_p2p_envelope_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_p2p" --host --max 65536 --rounds 4)
   add_test(mpi_p2p_envelope_cases_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/mpi/p2p_envelope")
   set_tests_properties(mpi_p2p_envelope_np2_valgrind mpi_p2p_envelope_cases_np2_valgrind PROPERTIES LABELS "mpi" TIMEOUT 900 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=62")
+                       ENVIRONMENT "NM_STUB_DRIVER=${STUB_DRIVER};NCCLMPI_P2P_ENVELOPE=host;NCCLMPI_P2P_ENVELOPE_MIN=512")
   # neighbourhood collectives on three topologies, persistent requests (Start, Request_free,
   # Request_get_status through the library's wrappers), host memory
   add_test(mpi_neighbor_np2_valgrind sh "${S}/test/mpi/valgrind.sh" "${B}" "${S}" "${B}/test/gpu/gpu_neighbor" --host)

@@ -34,7 +34,7 @@ static int rank, failures;
         }                                                                    \
     } while (0)
 
-enum { BIG = 5000, WIRE = 125 }; /* WIRE: an envelope's size on the wire */ /* ints: 20000 bytes, sent as an envelope with NCCLMPI_P2P_ENVELOPE_MIN <= 20000 */
+enum { BIG = 5000, WIRE = 416 }; /* WIRE: an envelope's size on the wire (NM_ENV_WIRE) */ /* ints: 20000 bytes, sent as an envelope with NCCLMPI_P2P_ENVELOPE_MIN <= 20000 */
 
 static void fill(int *p, int n, int salt)
 {

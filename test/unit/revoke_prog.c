@@ -36,7 +36,7 @@
 #define MPI_ERR_REVOKED MPIX_ERR_REVOKED
 #endif
 
-enum { N = 64 };  /* ints: a host receive of as many gets an envelope's decoding (NM_ENV_WIRE) */
+enum { N = 128 };  /* ints: a host receive of as many gets an envelope's decoding (at least NM_ENV_WIRE bytes) */
 
 static int handled, handled_code;  /* the error handler's calls, and its last code */
 

@@ -10,7 +10,8 @@
 //
 // A receive cannot know whether a message is an envelope before it lands, so every receive on a
 // communicator where envelopes may travel decodes what it got: an envelope is exactly
-// NM_ENV_WIRE bytes (an odd size, which typed messages never have) starting with a 128-bit nonce
+// NM_ENV_WIRE bytes (13 x 32: a whole number of elements of every predefined type, which MPICH
+// asserts of a contiguous receive; a size typed messages seldom have) starting with a 128-bit nonce
 // drawn at MPI_Init and known only to this job's ranks. The receiver then pulls the payload into
 // its buffer, sets the status's count to the payload's size, and tells the sender to free it.
 // A probe that meets a message of the envelope's size takes the messages of its source out of the
@@ -31,7 +32,7 @@
 
 namespace ncclmpi {
 
-enum { NM_ENV_WIRE = 125 };  // bytes of an envelope on the wire (odd)
+enum { NM_ENV_WIRE = 416 };  // bytes of an envelope on the wire (a multiple of 32)
 enum { NM_ENV_HOST = 0, NM_ENV_IPC = 1 };  // where a payload waits
 
 struct Envelope {
