@@ -216,8 +216,8 @@ nm_status_t ProcessGroup::connect(bool algorithms, bool peers, MPI_Comm comm, bo
         fail(std::string("connecting the ranks failed here: ") + nccl.ncclGetErrorString(r));
         // a peer may be inside its own call of this step, waiting for this rank's side of a
         // connection, where nothing reaches it: after NCCLMPI_CREATE_GRACE this rank ends the job
-        const double grace = (double)nm_cfg.CREATE_GRACE;
-        InnerFatalWait w("Comm_create", kOwnConnectFailed, comm_id_, grace > 0 ? grace : 0);
+        // (0: fatal under NCCLMPI_TIMEOUT only, as the ladder's own wait)
+        InnerFatalWait w("Comm_create", kOwnConnectFailed, comm_id_, (double)nm_cfg.CREATE_GRACE);
         ok = all_agree(false, comm, describe(), &err);
     }
     // a peer's calls may wait for this rank's on the GPU: the abort ends them (on every rank,
