@@ -285,7 +285,7 @@ AC_DEFUN([NM_CHECK_MPI_REVOKE], [
   AM_CONDITIONAL([NM_HAVE_REVOKE], [test -n "$NM_REVOKE_FN"])
   AC_SUBST([NM_REVOKE_FN])
   # whether a communicator is revoked (Open MPI 5's PMPIX_Comm_is_revoked): a blocking receive
-  # that ncclmpi posts as MPI_Irecv + MPI_Wait asks first (core/tl/p2p/envelope.cc)
+  # that ncclmpi posts as MPI_Irecv + MPI_Wait asks first (core/tl/p2p/env_probe.cc)
   AC_MSG_CHECKING([for PMPIX_Comm_is_revoked])
   nm_is_revoked=0
   AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>

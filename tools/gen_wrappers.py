@@ -844,7 +844,7 @@ def category(r, nccl, coll=(), ambig=()):
     if p == "DATA":
         if r["kind"] in nccl:
             return "routed"
-        # the calls envelope.cc sends envelopes from (not buffered; a persistent one restarts
+        # the calls env_send.cc sends envelopes from (not buffered; a persistent one restarts
         # its nonblocking form: persistent.cc), and every receive, which decodes what it gets
         receive = r["kind"] in ("RECV", "SENDRECV", "SENDRECV_REPLACE", "MRECV") or r["kind"].startswith("NEIGHBOR_")
         envelope_send = r["kind"] == "SEND" and r["name"] not in ("Bsend", "Ibsend", "Bsend_init")

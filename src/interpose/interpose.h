@@ -186,7 +186,7 @@ int nm_stage_local_done(int fn, void *tok, int rc, MPI_Status *status, MPI_Reque
 void nm_progress(void);
 void nm_progress_fn(int fn);  /* from the wrapper of MPI function fn (traced) */
 int nm_tasks_owns(int n, const MPI_Request *reqs);
-/* PROBE rows (src/core/tl/p2p/envelope.cc): 1 when the hook made the call (*rc its result) */
+/* PROBE rows (src/core/tl/p2p/env_probe.cc): 1 when the hook made the call (*rc its result) */
 int nm_probe_probe(int source, int tag, MPI_Comm comm, MPI_Status *status, int *rc);
 int nm_probe_iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status, int *rc);
 int nm_probe_mprobe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status, int *rc);
