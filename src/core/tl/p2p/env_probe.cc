@@ -30,7 +30,7 @@ MPI_Comm env::self_comm = MPI_COMM_NULL;  // fabricated message handles come fro
 namespace {
 
 // Messages a probe took out of the real MPI's matching, per communicator, in the order they
-// arrived from each source (see env_probe): a raw message not received yet (its real handle), an
+// arrived from each source (see probe() below): a raw message not received yet (its real handle), an
 // envelope, or a raw message of the envelope's size already received (its bytes).
 struct Entry {
     enum Kind { HANDLE, ENV, BYTES } kind;
