@@ -290,8 +290,12 @@ int nm_env_send_defers(const nm_defer_in_t *in);
 /* A blocking MPI_Sendrecv from a rank to itself on device memory: one device copy from the send
  * buffer to the receive buffer, without the real MPI. Its receive can only take its own send's
  * message: the source is the rank itself (or any source on a communicator of one rank), the tags
- * match, and no other thread may send meanwhile (not MPI_THREAD_MULTIPLE); the caller then checks
- * that no message is pending for the receive (PMPI_Iprobe; ncclmpi's probe queue: `held`). An
+ * match, no other thread may send meanwhile (not MPI_THREAD_MULTIPLE), and no message to itself can
+ * be pending for the receive: none of this rank's sends to itself on the communicator went to the
+ * real MPI (`self_sent`: ncclmpi notes each one that passes through it), ncclmpi's probe queue holds
+ * none (`held`), and the caller's PMPI_Iprobe, twice, finds none (for a send made before ncclmpi
+ * saw the process's calls: the standard promises a probe only that it finds a sent message
+ * eventually, and MPICH 5.0.2 finds a message a rank sent itself only at its second probe). An
  * earlier posted receive that would take the send instead leaves the receive nothing to match, so
  * such a program waits forever under any MPI. Both buffers one run of device memory, the message
  * no longer than the receive buffer (a truncation goes the real way, which reports it).
@@ -311,6 +315,7 @@ typedef struct {
     int contig;               /* each one run of bytes */
     unsigned long long sbytes, rbytes;
     int held;                 /* ncclmpi holds messages of the communicator taken out of matching */
+    int self_sent;            /* a send of this rank to itself went to the real MPI on the communicator */
 } nm_self_in_t;
 int nm_p2p_self_copy(const nm_self_in_t *in);
 

@@ -67,7 +67,7 @@ int nm_p2p_self_copy(const nm_self_in_t *in)
         return 0;
     if (in->dest != in->rank || !(in->source_any ? in->size == 1 : in->source == in->rank)) return 0;
     if (!in->tag_any && in->rtag != in->stag) return 0;
-    if (!in->device || in->held) return 0;
+    if (!in->device || in->held || in->self_sent) return 0;
     return replace || (in->contig && in->sbytes <= in->rbytes);  /* (replace: the buffer keeps what it sends) */
 }
 

@@ -9,7 +9,9 @@
  * untouched), an empty message, a host send buffer, any source (a copy at one rank only), and a
  * receive buffer too short (MPI_ERR_TRUNCATE, as the real MPI says it); MPI_Sendrecv_replace to
  * itself (no copy: the buffer keeps what it sends), alone and with a message pending, and around
- * the ring (an MPI_Isend's envelope from another rank, decoded into the buffer). With
+ * the ring (an MPI_Isend's envelope from another rank, decoded into the buffer). Once a send to
+ * itself went to the real MPI on a communicator, every call to itself there takes the real MPI's
+ * way (a message may be pending as far as ncclmpi knows: route.h), and a new one copies. With
  * SELF_COPY_THREADS the
  * program runs at MPI_THREAD_MULTIPLE, where no call is a copy (another thread may send to the
  * rank meanwhile) and every result must be the same. Buffers poisoned, every value checked. */
@@ -79,6 +81,11 @@ static void copied(unsigned long before, unsigned long want, const char *what)
     else CHECK(n == want, "%s: %lu device copies, want %lu", what, n, want);
 }
 static void copied_once(unsigned long before, const char *what) { copied(before, 1, what); }
+/* a call that must take the real MPI's way (not `self`: its self path's count of copies) */
+static void real_way(unsigned long before, unsigned long self, const char *what)
+{
+    if (copies) CHECK(*copies - before != self, "%s: the self path's %lu copies, where a message may be pending", what, self);
+}
 
 /* An earlier message (tag `early`, from buffer a, seed) is pending when the rank calls
  * MPI_Sendrecv to itself (send tag `late` from s, receive tag rtag into r): the receive takes the
@@ -175,20 +182,36 @@ int main(int argc, char **argv)
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_TRUNCATE, "truncated: class %d, want MPI_ERR_TRUNCATE", cls);
     step("9");
-    /* 9: the copy again after all that: nothing left pending */
+    /* 9: sends to itself went to the real MPI on c (3-5): a message to itself may be pending there
+     * as far as ncclmpi knows, so its calls to itself take the real MPI's order from then on, the
+     * replace too (route.h, self_sent); a communicator that carried none still copies */
     fill(s, N, 14);
     poison(r, N);
     c0 = copies ? *copies : 0;
     MPI_Sendrecv(s, N, MPI_FLOAT, rank, 3, r, N, MPI_FLOAT, rank, 3, c, &st);
-    copied_once(c0, "plain again");
-    CHECK(same(r, N, 14), "plain again: wrong data");
+    real_way(c0, 1, "plain after sends to itself");
+    CHECK(same(r, N, 14), "plain after sends to itself: wrong data");
+    status_is(&st, 3, N, "plain after sends to itself");
+    fill(s, N, 15);
+    c0 = copies ? *copies : 0;
+    MPI_Sendrecv_replace(s, N, MPI_FLOAT, rank, 16, rank, 16, c, &st);
+    real_way(c0, 0, "replace after sends to itself");
+    CHECK(same(s, N, 15), "replace after sends to itself: the buffer changed");
+    MPI_Comm c2;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c2);
+    fill(s, N, 14);
+    poison(r, N);
+    c0 = copies ? *copies : 0;
+    MPI_Sendrecv(s, N, MPI_FLOAT, rank, 3, r, N, MPI_FLOAT, rank, 3, c2, &st);
+    copied_once(c0, "plain on a new communicator");
+    CHECK(same(r, N, 14), "plain on a new communicator: wrong data");
     step("10");
     /* 10: MPI_Sendrecv_replace to itself: its buffer holds what it receives, no copy; with an
      * earlier message pending (any tag), the buffer takes that one and its send goes to the
      * receive posted for it */
     fill(s, N, 15);
     c0 = copies ? *copies : 0;
-    MPI_Sendrecv_replace(s, N, MPI_FLOAT, rank, 16, rank, 16, c, &st);
+    MPI_Sendrecv_replace(s, N, MPI_FLOAT, rank, 16, rank, 16, c2, &st);
     copied(c0, 0, "replace");
     CHECK(same(s, N, 15), "replace: the buffer changed");
     status_is(&st, 16, N, "replace");
@@ -224,6 +247,9 @@ int main(int argc, char **argv)
     int flag = 1;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, &flag, MPI_STATUS_IGNORE);
     CHECK(!flag, "a message is left over");
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c2, &flag, MPI_STATUS_IGNORE);
+    CHECK(!flag, "a message is left over (the new communicator)");
+    MPI_Comm_free(&c2);
     MPI_Comm_free(&c);
     free(h);
     int all = 0;

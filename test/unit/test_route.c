@@ -774,6 +774,10 @@ static void test_self_copy(void)
     CHECK(!nm_p2p_self_copy(&s));
     s = base, s.held = 1; /* a probe took a message out of matching: the receive may take it */
     CHECK(!nm_p2p_self_copy(&s));
+    s = base, s.self_sent = 1; /* an earlier send to itself went to the real MPI: it may be pending */
+    CHECK(!nm_p2p_self_copy(&s));
+    s.kind = NM_OPK_SENDRECV_REPLACE;
+    CHECK(!nm_p2p_self_copy(&s));
     s = base, s.sbytes = 0; /* an empty message: nothing to copy, the status still says so */
     CHECK(nm_p2p_self_copy(&s));
 }

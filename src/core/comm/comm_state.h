@@ -62,6 +62,10 @@ struct CommState {
     // set by a flush that found mu held by another thread: the holder flushes before unlocking
     std::atomic<bool> flush_req{false};
 
+    // a send to this rank itself went to the real MPI on it (sticky): a message to itself may be
+    // pending there, so a Sendrecv to itself takes the real MPI's order (tl/p2p/self_copy.h)
+    mutable std::atomic<bool> self_sent{false};
+
     std::atomic<int> refs{1};  // 1 while the MPI communicator lives, +1 per operation in flight
     bool freed = false;
 

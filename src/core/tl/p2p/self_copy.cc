@@ -1,6 +1,7 @@
 // ncclmpi: a blocking device MPI_Sendrecv to the rank itself as one device copy (self_copy.h).
 #include "core/tl/p2p/self_copy.h"
 
+#include "core/comm/comm_state.h"
 #include "core/comm/process_group.h"
 #include "core/cuda/cuda_api.h"
 #include "core/dtype/dense.h"
@@ -39,13 +40,21 @@ bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_s
     in.rbytes = (unsigned long long)o->rcount * x.rd->size;
     in.sbytes = replace ? in.rbytes : (unsigned long long)o->scount * x.sd->size;
     in.held = env_holds_messages();
-    if (!nm_p2p_self_copy(&in)) return false;
-    // a message already pending for the receive (an earlier send to itself) is its to take
+    in.self_sent = x.cs && x.cs->self_sent.load(std::memory_order_relaxed);
+    // the call's send to itself goes to the real MPI after all (the comm's note: dispatch.cc)
+    auto real = [&]() {
+        if (x.cs && !x.inter && o->peer == x.rank) x.cs->self_sent.store(true, std::memory_order_relaxed);
+        return false;
+    };
+    if (!nm_p2p_self_copy(&in)) return real();
+    // a message already pending for the receive (an earlier send to itself) is its to take; two
+    // probes (route.h: a probe finds a sent message only eventually; MPICH's first one moves it)
     int pending = 0;
     // (a revoked communicator: the real MPI's call reports it)
-    if (comm_revoked(o->comm) || PMPI_Iprobe(x.rank, o->rtag, o->comm, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-        pending)
-        return false;
+    for (int k = 0; k < 2 && !pending; k++)
+        if (comm_revoked(o->comm) || PMPI_Iprobe(x.rank, o->rtag, o->comm, &pending, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return real();
+    if (pending) return real();
     *st = NM_OK;
     if (in.sbytes && !replace) {  // (replace: the buffer already holds what it receives)
         // after the application's earlier work on the legacy stream of the buffers' device (the
