@@ -185,9 +185,14 @@ static MPI_Message fabricate(const Entry &e)
 {
     static std::atomic<int> seq{0};  // (threads: each its own tag, though equal ones would also do)
     const int tag = seq.fetch_add(1, std::memory_order_relaxed) % NM_SELF_KEY0;
-    PMPI_Send(nullptr, 0, MPI_BYTE, 0, tag, self_comm);
+    // nonblocking: a standard send may wait for its matching receive (MPICH 5.0.2's blocking send
+    // of these zero bytes to itself did, for good: an MPI_Improbe of an envelope never returned);
+    // the request completes when the handle is received, and is freed now
+    MPI_Request r = MPI_REQUEST_NULL;
+    PMPI_Isend(nullptr, 0, MPI_BYTE, 0, tag, self_comm, &r);
     MPI_Message m = MPI_MESSAGE_NULL;
     PMPI_Mprobe(0, tag, self_comm, &m, MPI_STATUS_IGNORE);
+    PMPI_Request_free(&r);
     std::lock_guard<std::mutex> g(qmu);
     fabricated[m] = e;
     return m;
