@@ -244,6 +244,32 @@ int main(int argc, char **argv)
         CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 19 && n == N, "replace around the ring: status %d %d %d",
               st.MPI_SOURCE, st.MPI_TAG, n);
     }
+    step("12");
+    /* 12: a Sendrecv whose empty send goes to itself and whose receive comes from another rank
+     * (one buffer: not the self path) leaves its zero-byte message pending; a later Sendrecv to
+     * itself receiving any tag must take that one (count 0), its own send going to the receive
+     * posted for it */
+    if (size > 1) {
+        MPI_Comm c3;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c3);
+        const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+        fill(a, N, 20);
+        poison(r, N);
+        MPI_Isend(a, N, MPI_FLOAT, next, 41, c3, &rq);
+        MPI_Sendrecv(s, 0, MPI_FLOAT, rank, 40, r, N, MPI_FLOAT, prev, 41, c3, &st);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        fill(s, N, 21);
+        poison(r, N);
+        poison(a2, N);
+        MPI_Request rr;
+        MPI_Irecv(a2, N, MPI_FLOAT, rank, 42, c3, &rr);
+        MPI_Sendrecv(s, N, MPI_FLOAT, rank, 42, r, N, MPI_FLOAT, rank, MPI_ANY_TAG, c3, &st);
+        status_is(&st, 40, 0, "after an empty send to itself");
+        CHECK(poisoned(r, N), "after an empty send to itself: the receive took the call's own message");
+        MPI_Wait(&rr, MPI_STATUS_IGNORE);
+        CHECK(same(a2, N, 21), "after an empty send to itself: the call's send did not reach the receive posted for it");
+        MPI_Comm_free(&c3);
+    }
     int flag = 1;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, &flag, MPI_STATUS_IGNORE);
     CHECK(!flag, "a message is left over");

@@ -20,8 +20,13 @@ static bool on_device(const BufRef &r) { return r.kind == NM_MEM_DEVICE || r.kin
 bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_status_t *st)
 {
     const bool replace = o->kind == NM_OPK_SENDRECV_REPLACE;
-    if (!nm_cfg.P2P_SELF_COPY || !(o->kind == NM_OPK_SENDRECV ? nb == 2 && x.sd : replace && nb == 1) || !x.rd)
+    // the call's send to itself goes to the real MPI (the comm's note: dispatch.cc)
+    auto real = [&]() {
+        if (x.cs && !x.inter && o->peer == x.rank) x.cs->self_sent.store(true, std::memory_order_relaxed);
         return false;
+    };
+    if (!nm_cfg.P2P_SELF_COPY || !(o->kind == NM_OPK_SENDRECV ? nb == 2 && x.sd : replace && nb == 1) || !x.rd)
+        return real();
     nm_self_in_t in{};
     in.kind = o->kind;
     in.flags = o->flags;
@@ -41,11 +46,6 @@ bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_s
     in.sbytes = replace ? in.rbytes : (unsigned long long)o->scount * x.sd->size;
     in.held = env_holds_messages();
     in.self_sent = x.cs && x.cs->self_sent.load(std::memory_order_relaxed);
-    // the call's send to itself goes to the real MPI after all (the comm's note: dispatch.cc)
-    auto real = [&]() {
-        if (x.cs && !x.inter && o->peer == x.rank) x.cs->self_sent.store(true, std::memory_order_relaxed);
-        return false;
-    };
     if (!nm_p2p_self_copy(&in)) return real();
     // a message already pending for the receive (an earlier send to itself) is its to take; two
     // probes (route.h: a probe finds a sent message only eventually; MPICH's first one moves it)
