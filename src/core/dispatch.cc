@@ -604,13 +604,12 @@ static int enter(nm_op_t *o, int *rc, void *scratch)
         in.peers_cold = peers_cold(cs, in.kind, in.cap);
         d = nm_route(&in);
     }
-    // a send to this rank itself about to reach the real MPI (a blocking Sendrecv's on the staged
-    // route decides in p2p_self_sendrecv whether it does): noted on the communicator (self_copy.h)
-    if (NM_UNLIKELY(cs && !x.inter && (nm_opk(o->kind) & NM_KF_P2P) && o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV &&
-                    o->peer == x.rank) &&
+    // a send to this rank itself about to reach the real MPI, noted (self_copy.h); a blocking
+    // Sendrecv's on the staged route may be the copy instead: p2p_self_sendrecv notes it if not
+    if (NM_UNLIKELY(p2p_sends_to_self(o, x)) &&
         !(d.route == NCCLMPI_ROUTE_STAGED && !(o->flags & NM_OPF_NB) &&
           (o->kind == NM_OPK_SENDRECV || o->kind == NM_OPK_SENDRECV_REPLACE)))
-        cs->self_sent.store(true, std::memory_order_relaxed);
+        p2p_note_self_send(o, x);
     NM_TRACE(CALL, "MPI_%s %s count=%d/%d root=%d dev=%d -> %s (%s)", nm_fn_names[o->fn],
              cs ? cs->describe().c_str() : "", o->scount, o->rcount, o->root, c.device, nm_route_str(d.route),
              nm_why_str(d.why));

@@ -17,12 +17,17 @@ namespace ncclmpi {
 
 static bool on_device(const BufRef &r) { return r.kind == NM_MEM_DEVICE || r.kind == NM_MEM_MANAGED; }
 
+void p2p_note_self_send(const nm_op_t *, const OpCtx &x)
+{
+    if (x.cs) x.cs->self_sent.store(true, std::memory_order_relaxed);
+}
+
 bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_status_t *st)
 {
     const bool replace = o->kind == NM_OPK_SENDRECV_REPLACE;
-    // the call's send to itself goes to the real MPI (the comm's note: dispatch.cc)
+    // the call's send goes to the real MPI after all
     auto real = [&]() {
-        if (x.cs && !x.inter && o->peer == x.rank) x.cs->self_sent.store(true, std::memory_order_relaxed);
+        if (p2p_sends_to_self(o, x)) p2p_note_self_send(o, x);
         return false;
     };
     if (!nm_cfg.P2P_SELF_COPY || !(o->kind == NM_OPK_SENDRECV ? nb == 2 && x.sd : replace && nb == 1) || !x.rd)

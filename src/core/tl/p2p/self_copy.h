@@ -16,5 +16,15 @@ namespace ncclmpi {
 // receive buffer and the status is set); false: the call takes its usual path (nothing done).
 bool p2p_self_sendrecv(nm_op_t *o, const OpCtx &x, const BufRef *b, int nb, nm_status_t *st);
 
+// Whether call o sends to the rank itself (a send, or a Sendrecv's send part)
+static inline bool p2p_sends_to_self(const nm_op_t *o, const OpCtx &x)
+{
+    return !x.inter && (nm_opk(o->kind) & NM_KF_P2P) && o->kind != NM_OPK_RECV && o->kind != NM_OPK_MRECV &&
+           o->peer == x.rank;
+}
+// Such a send goes to the real MPI: noted on its communicator for good (a message to itself may
+// be pending there: route.h, nm_self_in_t's self_sent)
+void p2p_note_self_send(const nm_op_t *o, const OpCtx &x);
+
 }  // namespace ncclmpi
 #endif
