@@ -204,26 +204,28 @@ void op_release_resources(Op &op, CUstream s)
 int nccl_carrier(Op &op, bool blocking)
 {
     const nm_op_t &o = op.o;
-    static char dummy[16];
+    // (a send and a receive buffer of their own: MPICH refuses a call whose two buffers are one,
+    // whatever the counts)
+    static char dummy[16], rdummy[16];
     op.zeros.assign((size_t)op.n + 1, 0);
     int *z = op.zeros.data();
     MPI_Request *r = &op.carrier;
     switch (o.kind) {
     case NM_OPK_ALLTOALLV:
-        return blocking ? PMPI_Alltoallv(dummy, z, z, MPI_BYTE, dummy, z, z, MPI_BYTE, o.comm)
-                        : PMPI_Ialltoallv(dummy, z, z, MPI_BYTE, dummy, z, z, MPI_BYTE, o.comm, r);
+        return blocking ? PMPI_Alltoallv(dummy, z, z, MPI_BYTE, rdummy, z, z, MPI_BYTE, o.comm)
+                        : PMPI_Ialltoallv(dummy, z, z, MPI_BYTE, rdummy, z, z, MPI_BYTE, o.comm, r);
     case NM_OPK_GATHERV:
         if (op.root)
-            return blocking ? PMPI_Gatherv(dummy, 0, MPI_BYTE, dummy, z, z, MPI_BYTE, o.root, o.comm)
-                            : PMPI_Igatherv(dummy, 0, MPI_BYTE, dummy, z, z, MPI_BYTE, o.root, o.comm, r);
+            return blocking ? PMPI_Gatherv(dummy, 0, MPI_BYTE, rdummy, z, z, MPI_BYTE, o.root, o.comm)
+                            : PMPI_Igatherv(dummy, 0, MPI_BYTE, rdummy, z, z, MPI_BYTE, o.root, o.comm, r);
         return blocking ? PMPI_Gatherv(dummy, 0, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, o.root, o.comm)
                         : PMPI_Igatherv(dummy, 0, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, o.root, o.comm, r);
     case NM_OPK_SCATTERV:
         if (op.root)
-            return blocking ? PMPI_Scatterv(dummy, z, z, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm)
-                            : PMPI_Iscatterv(dummy, z, z, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm, r);
-        return blocking ? PMPI_Scatterv(nullptr, nullptr, nullptr, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm)
-                        : PMPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, dummy, 0, MPI_BYTE, o.root, o.comm, r);
+            return blocking ? PMPI_Scatterv(dummy, z, z, MPI_BYTE, rdummy, 0, MPI_BYTE, o.root, o.comm)
+                            : PMPI_Iscatterv(dummy, z, z, MPI_BYTE, rdummy, 0, MPI_BYTE, o.root, o.comm, r);
+        return blocking ? PMPI_Scatterv(nullptr, nullptr, nullptr, MPI_BYTE, rdummy, 0, MPI_BYTE, o.root, o.comm)
+                        : PMPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, rdummy, 0, MPI_BYTE, o.root, o.comm, r);
     default:
         return MPI_SUCCESS;
     }
