@@ -752,6 +752,61 @@ __attribute__((constructor)) static void nm_check_link_order()
 }
 
 namespace ncclmpi {
+#ifdef MPICH
+// real_post's send, until real_done gives it to the call's task (the same thread, at once)
+static thread_local MPI_Request split_send = MPI_REQUEST_NULL;
+static thread_local std::vector<char> *split_copy;
+
+int real_post(nm_op_t *o)
+{
+    const bool replace = o->kind == NM_OPK_SENDRECV_REPLACE;
+    if (!(o->flags & NM_OPF_NB) || !(o->flags & (NM_OPF_STAGED | NM_OPF_DECODE)) ||
+        (o->kind != NM_OPK_SENDRECV && !replace))
+        return nm_real_fns[o->fn](o);
+    std::vector<char> copy;  // a replace's: what it sends, before the receive may overwrite it
+    const void *sbuf = o->sbuf;
+    int scount = o->scount, pos = 0, size = 0;
+    MPI_Datatype stype = o->stype;
+    if (replace && o->peer != MPI_PROC_NULL) {
+        int rc = PMPI_Pack_size(o->scount, o->stype, o->comm, &size);
+        if (rc != MPI_SUCCESS) return rc;
+        copy.resize((size_t)size + 1);
+        rc = PMPI_Pack(o->rbuf, o->scount, o->stype, copy.data(), size, &pos, o->comm);
+        if (rc != MPI_SUCCESS) return rc;
+        sbuf = copy.data();
+        scount = pos;
+        stype = MPI_PACKED;
+    }
+    int rc = PMPI_Irecv(o->rbuf, o->rcount, o->rtype, o->rpeer, o->rtag, o->comm, o->req);
+    if (rc != MPI_SUCCESS) return rc;
+    MPI_Request s = MPI_REQUEST_NULL;
+    rc = PMPI_Isend(sbuf, scount, stype, o->peer, o->tag, o->comm, &s);
+    if (rc != MPI_SUCCESS) {
+        PMPI_Cancel(o->req);
+        PMPI_Request_free(o->req);
+        return rc;
+    }
+    split_send = s;
+    static thread_local std::vector<char> kept;
+    kept = std::move(copy);
+    split_copy = &kept;
+    return MPI_SUCCESS;
+}
+
+// The send of real_post's split, to the task that completes the call (with the copy it sends)
+static void take_split(Task *t)
+{
+    if (split_send == MPI_REQUEST_NULL) return;
+    t->set_send(split_send, std::move(*split_copy));
+    split_send = MPI_REQUEST_NULL;
+}
+static bool split_pending() { return split_send != MPI_REQUEST_NULL; }
+#else
+int real_post(nm_op_t *o) { return nm_real_fns[o->fn](o); }
+static inline void take_split(Task *) {}
+static inline bool split_pending() { return false; }
+#endif
+
 int real_done(nm_op_t *o, int rc)
 {
     if (!(o->flags & (NM_OPF_DECODE | NM_OPF_STAGED))) return rc;  // (an op replaced, nothing else)
@@ -770,12 +825,13 @@ int real_done(nm_op_t *o, int rc)
         }
         DepthGuard dg;
         if (o->flags & NM_OPF_NB) {  // decoded by the Wait or Test that completes the real MPI's request
-            if (!nm_thread_multiple && !(o->flags & NM_OPF_TASK)) {
+            if (!nm_thread_multiple && !(o->flags & NM_OPF_TASK) && !split_pending()) {
                 pers_watch_decode(*o->req, d, o->comm);
                 return rc;
             }
-            Task *t = Task::get(o);  // (several threads: see Task::set_decode)
+            Task *t = Task::get(o);  // (several threads, or a send beside: see Task::set_decode)
             t->set_inner(*o->req, nullptr);
+            take_split(t);
             t->set_decode(d);
             return t->publish(o->req);
         }
@@ -799,6 +855,7 @@ int real_done(nm_op_t *o, int rc)
     if (o->flags & NM_OPF_NB) {  // the copy back waits for the real MPI's request
         Task *t = Task::get(o);
         t->set_inner(*o->req, s);
+        take_split(t);
         return t->publish(o->req);
     }
     nm_status_t st = stage_finish(s, o->status);
@@ -822,7 +879,7 @@ static inline __attribute__((always_inline)) int enter_real(nm_op_t *o, int *rc,
         const int id = o->comm != MPI_COMM_NULL ? comm_state(o->comm)->id : -1;
         nm_wd_begin_fatal(nm_fn_names[o->fn], (o->flags & NM_OPF_STAGED) ? stage_wait_reason : host_wait_reason, id);
     }
-    *rc = real_done(o, gated ? env_gate_post(o) : nm_real_fns[o->fn](o));
+    *rc = real_done(o, gated ? env_gate_post(o) : real_post(o));
     if (watch) nm_wd_end();
     return 1;
 }

@@ -159,6 +159,9 @@ void Task::recycle()
     comm_ = MPI_COMM_NULL;
     op_ = nullptr;
     inner_ = greq_ = MPI_REQUEST_NULL;
+    if (send_ != MPI_REQUEST_NULL) PMPI_Request_free(&send_);  // (only where its task failed first)
+    send_copy_.clear();
+    send_rc_ = MPI_SUCCESS;
     stage_ = nullptr;
     group_.clear();
     is_group_ = false;
@@ -345,8 +348,22 @@ bool Task::poll(uint64_t sweep)
         return true;
     }
     int flag = 0;
+    if (send_ != MPI_REQUEST_NULL) {  // (set_send: the send first)
+        const int src = PMPI_Test(&send_, &flag, MPI_STATUS_IGNORE);
+        if (src == MPI_SUCCESS && !flag) return false;
+        send_rc_ = src;
+        send_ = MPI_REQUEST_NULL;
+        send_copy_.clear();
+    }
     int rc = PMPI_Test(&inner_, &flag, &inner_status_);
     if (rc == MPI_SUCCESS && !flag) return false;
+    if (rc == MPI_SUCCESS && send_rc_ != MPI_SUCCESS) {  // the send failed (its Test called the handler)
+        rc = send_rc_;
+        inner_failed_ = true;
+        has_status_ = true;
+        complete(rc);
+        return true;
+    }
     inner_failed_ = rc != MPI_SUCCESS;  // the real MPI's Test called the handler for it
     has_status_ = true;
     int cancelled = 0;  // a cancelled receive wrote nothing: nothing goes back

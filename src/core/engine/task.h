@@ -61,6 +61,13 @@ class Task {
         group_rc_ = rc;
     }
     void sent(MPI_Request inner, nm_status_t st, const char *why);
+    // MPI_Isendrecv(_replace) made as a receive (the inner request) and this send (real_post,
+    // under MPICH): not complete before both are; `copy` (what a replace sends) is kept until then.
+    void set_send(MPI_Request send, std::vector<char> copy)
+    {
+        send_ = send;
+        send_copy_ = std::move(copy);
+    }
     // Hand the user a generalized request standing for this task. Returns an MPI code.
     int publish(MPI_Request *user_req);
     // The op could not be launched: the task completes with this error.
@@ -89,6 +96,9 @@ class Task {
     MPI_Comm comm_ = MPI_COMM_NULL;  // whose error handler reports a failure
     Op *op_ = nullptr;
     MPI_Request inner_ = MPI_REQUEST_NULL;
+    MPI_Request send_ = MPI_REQUEST_NULL;  // set_send
+    std::vector<char> send_copy_;
+    int send_rc_ = MPI_SUCCESS;
     Stage *stage_ = nullptr;
     Decode *decode_ = nullptr;
     std::vector<MPI_Request> group_;  // set_group

@@ -441,7 +441,7 @@ int env_gate_post(nm_op_t *o)
     // (on a revoked communicator the real MPI's blocking call fails at once: made as it is)
     if (!blocking || (replace && !pack_replaced(o, &packed, &pos)) || comm_revoked(o->comm)) {
         // a post already (or arguments the real MPI rejects before it matches anything)
-        const int rc = nm_real_fns[o->fn](o);
+        const int rc = real_post(o);
         env_gate_drop();
         return rc;
     }

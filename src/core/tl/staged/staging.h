@@ -95,6 +95,11 @@ void stage_pulls_issue();
 // one's for each completion) or decode what a host receive got (NM_OPF_DECODE); an error goes
 // through the communicator's error handler. Returns the call's result.
 int real_done(nm_op_t *o, int rc);
+// The core's own call of the real MPI for o: its entry point's, except an MPI_Isendrecv(_replace)
+// that ncclmpi completes itself (staged, or decoding what it gets) under MPICH, whose status of
+// one is not filled in (design.md, "MPICH"): a receive and a send there, the send handed to the
+// call's task by real_done.
+int real_post(nm_op_t *o);
 // A staged receive that a message taken out of matching by a probe satisfied when it was made:
 // stage_finish reports d's preset status and code (d is the stage's now).
 void stage_set_decode(Stage *s, Decode *d);
