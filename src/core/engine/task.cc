@@ -422,6 +422,7 @@ int Task::cancel_fn(void *extra, int complete)
 {
     Task *t = static_cast<Task *>(extra);
     if (!complete && t->inner_ != MPI_REQUEST_NULL) PMPI_Cancel(&t->inner_);
+    if (!complete && t->send_ != MPI_REQUEST_NULL) PMPI_Cancel(&t->send_);  // (set_send)
     return MPI_SUCCESS;
 }
 
