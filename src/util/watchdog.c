@@ -77,7 +77,8 @@ static void scan(double now)
         atomic_store(&s->warned, g);
         atomic_fetch_add(&nwarned, 1);
         NM_WARN(CALL, "MPI_%s has waited %.0f s %s (NCCLMPI_WARN_AFTER=%ld): a rank that has not made the "
-                "matching call, or that died, keeps it waiting", call ? call : "?", now - since,
+                "matching call, or that died, keeps it waiting, or ranks passed different kinds of memory to "
+                "one collective (see NCCLMPI_AGREE)", call ? call : "?", now - since,
                 where ? where : "", nm_cfg.WARN_AFTER);
     }
 }

@@ -28,6 +28,9 @@ grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited [0-9]* s in the real
   fail "rank 0 did not warn about its MPI_Allreduce"
 grep -q '^\[ncclmpi r0\] WARN CALL MPI_Wait has waited [0-9]* s for its requests' "$d/err" ||
   fail "rank 0 did not warn about its MPI_Wait"
+# the likely causes, memory kinds that differ by rank among them
+grep -q '^\[ncclmpi r0\] WARN CALL MPI_Allreduce has waited .* keeps it waiting, or ranks passed different kinds of memory to one collective (see NCCLMPI_AGREE)$' "$d/err" ||
+  fail "rank 0's warning does not name the likely causes"
 grep -q '^\[ncclmpi r1\] WARN CALL MPI_File_write_ordered has waited [0-9]* s in the real MPI, its device buffers staged' "$d/err" ||
   fail "rank 1 did not warn about its MPI_File_write_ordered"
 [ "$w0" -eq 2 ] || fail "rank 0 warned $w0 times (expected 2)"
