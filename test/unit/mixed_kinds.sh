@@ -68,8 +68,10 @@ done
 if run 3 allreduce; then
   # (Open MPI 4.1's launcher can lose the handler's own text when two ranks report at once:
   # "ORTE_ERROR_LOG: Data unpack would read past end of buffer in file .../show_help.c"; the
-  # job's error exit and ncclmpi's message are what this checks then)
-  if { grep -aq "MPI_ERRORS_ARE_FATAL" "$d/all" || grep -aq "ORTE_ERROR_LOG: .*show_help\.c" "$d/all"; } &&
+  # job's error exit and ncclmpi's message are what this checks then; MPICH says "Abort(CODE) on
+  # node R: Fatal error in MPI_Comm_call_errhandler: ...")
+  if { grep -aq "MPI_ERRORS_ARE_FATAL" "$d/all" || grep -aq "ORTE_ERROR_LOG: .*show_help\.c" "$d/all" ||
+    grep -aq "^Abort([0-9]*) on node [0-9]*: Fatal error in MPI_Comm_call_errhandler: ncclmpi: " "$d/all"; } &&
     grep -aq "did not complete in 5 s (NCCLMPI_TIMEOUT): $cause" "$d/all"; then
     echo "mixed_kinds: allreduce, 3 ranks, MPI_ERRORS_ARE_FATAL: the job ended with the error in $took s"
   else
