@@ -256,6 +256,16 @@ bool task_take_failure(MPI_Request req, int *code, bool *reported)
     return true;
 }
 
+// The status MPI gives an empty (null or inactive) request: any source and tag, nothing received,
+// not cancelled. MPI_ERROR is left to the caller.
+static void set_empty_status(MPI_Status *st)
+{
+    st->MPI_SOURCE = MPI_ANY_SOURCE;
+    st->MPI_TAG = MPI_ANY_TAG;
+    PMPI_Status_set_elements_x(st, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(st, 0);
+}
+
 static const RequestTable *above;  // (set once, when the library loads)
 void tasks_set_request_table(const RequestTable *t) { above = t; }
 
@@ -265,10 +275,7 @@ bool own_request_done(MPI_Request *r, MPI_Status *st, int *err, bool *reported)
     *reported = false;
     int flag = 0;
     if (*r == MPI_REQUEST_NULL) {
-        PMPI_Status_set_elements_x(st, MPI_BYTE, 0);
-        PMPI_Status_set_cancelled(st, 0);
-        st->MPI_SOURCE = MPI_ANY_SOURCE;
-        st->MPI_TAG = MPI_ANY_TAG;
+        set_empty_status(st);
         return true;
     }
     PMPI_Request_get_status(*r, &flag, st);
@@ -394,10 +401,7 @@ int Task::query_fn(void *extra, MPI_Status *status)
         if (t->may_cancel()) PMPI_Test_cancelled(&t->inner_status_, &cancelled);
         PMPI_Status_set_cancelled(status, cancelled);
     } else {
-        status->MPI_SOURCE = MPI_ANY_SOURCE;
-        status->MPI_TAG = MPI_ANY_TAG;
-        PMPI_Status_set_elements_x(status, MPI_BYTE, 0);
-        PMPI_Status_set_cancelled(status, 0);
+        set_empty_status(status);
     }
     status->MPI_ERROR = MPI_SUCCESS;  // a failure is reported by the wrapper (see task.h)
     return MPI_SUCCESS;
@@ -750,8 +754,12 @@ class TestEach {
             MPI_Status one;
             MPI_Status *s = st_ == MPI_STATUSES_IGNORE ? &one : &st_[i];
             int f = 1, rc = MPI_SUCCESS;
-            if (reqs_[i] == MPI_REQUEST_NULL) empty(s);
-            else rc = PMPI_Test(&reqs_[i], &f, s);
+            if (reqs_[i] == MPI_REQUEST_NULL) {
+                set_empty_status(s);
+                s->MPI_ERROR = MPI_SUCCESS;
+            } else {
+                rc = PMPI_Test(&reqs_[i], &f, s);
+            }
             if (rc != MPI_SUCCESS) {
                 s->MPI_ERROR = rc;
                 for (int k = 0; k < n_; k++)
@@ -765,14 +773,6 @@ class TestEach {
     }
 
   private:
-    static void empty(MPI_Status *s)
-    {
-        s->MPI_SOURCE = MPI_ANY_SOURCE;
-        s->MPI_TAG = MPI_ANY_TAG;
-        s->MPI_ERROR = MPI_SUCCESS;
-        PMPI_Status_set_elements_x(s, MPI_BYTE, 0);
-        PMPI_Status_set_cancelled(s, 0);
-    }
     int n_;
     MPI_Request *reqs_;
     MPI_Status *st_;
