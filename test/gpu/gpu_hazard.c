@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "gpu_common.h"
 #include <cuda.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -2379,7 +2380,22 @@ typedef struct {
     volatile int done;
     volatile int timed_out;
     int limit_s;
+    pthread_t waiter;  /* the thread whose MPI call the hold must not delay */
 } blocker_t;
+
+/* SIGUSR2 on the waiting thread: where it waits, on stderr (a failure's evidence: the call that
+ * waited for the held stream; addresses in a library resolve with addr2line -e LIB OFFSET) */
+static volatile int stack_dumped;
+static void dump_stack(int sig)
+{
+    (void)sig;
+    void *pc[48];
+    const int n = backtrace(pc, 48);
+    static const char head[] = "gpu_hazard: the waiting thread's stack when the legacy stream's hold timed out:\n";
+    if (write(2, head, sizeof(head) - 1) < 0) {}
+    backtrace_symbols_fd(pc, n, 2);
+    stack_dumped = 1;
+}
 
 static void *blocker_timer(void *arg)
 {
@@ -2387,6 +2403,9 @@ static void *blocker_timer(void *arg)
     for (int i = 0; i < b->limit_s * 100 && !b->done; i++) usleep(10000);
     if (!b->done) {
         b->timed_out = 1;
+        stack_dumped = 0;
+        if (pthread_kill(b->waiter, SIGUSR2) == 0)
+            for (int i = 0; i < 200 && !stack_dumped; i++) usleep(10000);
         *b->word = 1;  /* let the stream go, so that the test ends with a failure, not a hang */
     }
     return NULL;
@@ -2399,6 +2418,9 @@ static int legacy_hold(blocker_t *b, pthread_t *timer)
     static unsigned *word;
     static CUdeviceptr dword;
     if (!wait_value) {
+        void *warm[1];
+        backtrace(warm, 1);  /* (loads what backtrace needs now, not inside the signal handler) */
+        signal(SIGUSR2, dump_stack);
         enum cudaDriverEntryPointQueryResult q;
         void *fn = NULL;
         if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn)
@@ -2414,6 +2436,7 @@ static int legacy_hold(blocker_t *b, pthread_t *timer)
     b->done = 0;
     b->timed_out = 0;
     b->limit_s = 20;
+    b->waiter = pthread_self();
     if (wait_value(CU_STREAM_LEGACY, dword, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) return 0;
     pthread_create(timer, NULL, blocker_timer, b);
     return 1;
