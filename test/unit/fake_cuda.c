@@ -16,6 +16,7 @@
  * exports them. */
 #define _GNU_SOURCE /* memfd_create */
 #include <cuda.h>
+#include <execinfo.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,8 +307,24 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, v
     return CUDA_SUCCESS;
 }
 static CUresult mem_alloc(CUdeviceptr *p, size_t n);
+/* FAKE_CUDA_HOLD_TRAP=1: a driver call that is not stream-ordered (an allocation, a free, a
+ * registration, an IPC open) made while a test holds the legacy stream (fake_cuda_hold_legacy) is
+ * reported on stderr with the caller's stack: the real driver may synchronise in such a call, and
+ * an MPI call that makes it would then wait for the held work. The stand-in itself does not wait. */
+static int holds;  /* holds queued and not yet released */
+static void hold_trap(const char *fn)
+{
+    static int on = -1;
+    if (!__atomic_load_n(&holds, __ATOMIC_ACQUIRE) || !env_on("FAKE_CUDA_HOLD_TRAP", &on)) return;
+    char head[160];
+    const int k = snprintf(head, sizeof(head), "fake_cuda: %s while the legacy stream is held (pid %d):\n", fn, (int)getpid());
+    if (write(2, head, (size_t)k) < 0) {}
+    void *pc[24];
+    backtrace_symbols_fd(pc, backtrace(pc, 24), 2);
+}
 EXPORT CUresult cuMemAlloc(CUdeviceptr *p, size_t n)
 {
+    hold_trap("cuMemAlloc");
     if (fake_fail("cuMemAlloc")) return CUDA_ERROR_OUT_OF_MEMORY;
     return mem_alloc(p, n);
 }
@@ -339,6 +356,7 @@ EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevicept
 }
 EXPORT CUresult cuMemFree(CUdeviceptr p)
 {
+    hold_trap("cuMemFree");
     fq_device_sync();
     untrack((uintptr_t)p);
     return CUDA_SUCCESS;
@@ -358,6 +376,7 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 static CUresult host_alloc(void **p, size_t n);
 EXPORT CUresult cuMemAllocHost(void **p, size_t n)
 {
+    hold_trap("cuMemAllocHost");
     if (fake_fail("cuMemAllocHost")) return CUDA_ERROR_OUT_OF_MEMORY;
     return host_alloc(p, n);
 }
@@ -368,14 +387,32 @@ static CUresult host_alloc(void **p, size_t n)
 }
 EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 {
+    hold_trap("cuMemHostAlloc");
     (void)flags;
     if (fake_fail("cuMemHostAlloc")) return CUDA_ERROR_OUT_OF_MEMORY;
     return host_alloc(p, n);
 }
-EXPORT CUresult cuMemFreeHost(void *p) { untrack((uintptr_t)p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+    hold_trap("cuMemFreeHost");
+    untrack((uintptr_t)p);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags) { (void)flags; *d = (CUdeviceptr)p; return CUDA_SUCCESS; }
-EXPORT CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) { (void)p; (void)n; (void)flags; return CUDA_SUCCESS; }
-EXPORT CUresult cuMemHostUnregister(void *p) { (void)p; return CUDA_SUCCESS; }
+EXPORT CUresult cuMemHostRegister(void *p, size_t n, unsigned flags)
+{
+    hold_trap("cuMemHostRegister");
+    (void)p;
+    (void)n;
+    (void)flags;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    hold_trap("cuMemHostUnregister");
+    (void)p;
+    return CUDA_SUCCESS;
+}
 EXPORT int fake_cuda_fail_copies; /* nonzero: every copy fails (a test's failure injection) */
 EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
@@ -621,6 +658,7 @@ EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 }
 EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
 {
+    hold_trap("cuIpcOpenMemHandle");
     (void)flags;
     struct fake_ipc f;
     memcpy(&f, h.reserved, sizeof(f));
@@ -640,6 +678,7 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned fl
 }
 EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 {
+    hold_trap("cuIpcCloseMemHandle");
     if (lookup((uintptr_t)p) < 0) return CUDA_ERROR_INVALID_VALUE;
     untrack((uintptr_t)p);
     return CUDA_SUCCESS;
@@ -655,6 +694,7 @@ EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e)
 }
 EXPORT CUresult cuIpcOpenEventHandle(CUevent *e, CUipcEventHandle h)
 {
+    hold_trap("cuIpcOpenEventHandle");
     if (h.reserved[0] != 0x1e) return CUDA_ERROR_INVALID_VALUE;
     *e = (CUevent)&event_token;
     return CUDA_SUCCESS;
@@ -700,10 +740,12 @@ static void hold_later(void *a)
 {
     volatile int *release = *(volatile int **)a;
     while (!__atomic_load_n(release, __ATOMIC_ACQUIRE)) sched_yield();
+    __atomic_sub_fetch(&holds, 1, __ATOMIC_RELEASE);
 }
 EXPORT int fake_cuda_hold_legacy(volatile int *release)
 {
     if (!async_on()) return 0;
+    __atomic_add_fetch(&holds, 1, __ATOMIC_ACQUIRE);
     fake_cuda_enqueue(CU_STREAM_LEGACY, hold_later, &release, sizeof(release));
     return 1;
 }

@@ -6,6 +6,8 @@
 # round (tried). Not reached here: a receive's first read of its peer's pool head (the copy
 # events' handles), which waited for the legacy stream through cuMemcpy until 2026-12-07; the
 # stand-in has no copy events between processes when its streams run later (FAKE_CUDA_ASYNC).
+# FAKE_CUDA_HOLD_TRAP=1 lists (stderr, with stacks) the allocations, frees, registrations and IPC
+# opens made while the legacy stream is held: the real driver may synchronise in such a call.
 b=$1
 d="$b/legacy_hold_test"
 prog="$b/test/unit/legacy_hold_prog"
