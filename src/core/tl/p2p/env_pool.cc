@@ -196,7 +196,11 @@ PeerPool *peer_pool(const Envelope &e)  // (under map_mu)
 }
 
 // The copy event that e's payload waits behind (e.slot), in this process; null when it cannot be
-// had. A peer's comes from its pool's head, read and opened at the first use.
+// had. A peer's come from its pool's head, read at the first use, when all of them are opened:
+// which slots a peer uses depends on when its receivers' releases arrived, and opening one later
+// would put a driver call of unknown synchronisation into some later receive's completion (inside
+// an MPI_Waitall while the application's legacy stream waits for the host, gpu_hazard 4c). A slot
+// whose open failed is tried again at its next use.
 CUevent slot_event(const Envelope &e, int own_pool)
 {
     if (own_pool >= 0) return pools[own_pool].slot_ev[e.slot];
@@ -206,6 +210,8 @@ CUevent slot_event(const Envelope &e, int own_pool)
     if (!pp->head_read) {
         if (!head_copy((CUdeviceptr)(uintptr_t)pp->head, (const void *)(uintptr_t)pp->base, sizeof(pp->head))) return nullptr;
         pp->head_read = true;
+        for (int i = 0; i < NM_ENV_SLOTS; i++)
+            if (!pp->ev[i] && cu.cuIpcOpenEventHandle(&pp->ev[i], pp->head[i]) != CUDA_SUCCESS) pp->ev[i] = nullptr;
     }
     if (!pp->ev[e.slot] && cu.cuIpcOpenEventHandle(&pp->ev[e.slot], pp->head[e.slot]) != CUDA_SUCCESS) {
         pp->ev[e.slot] = nullptr;
