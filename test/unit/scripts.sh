@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts.sh BUILDDIR SRCDIR: ncclmpi_exec, tools/quickstart.sh, tools/gpu_check.sh and the
+# scripts.sh BUILDDIR SRCDIR: ncclmpi_exec, tools/quickstart.sh, tools/gpu_check.sh, gpu_wheels.sh and the
 # overhead benchmarks answer --help, and a wrong option or command with usage and status 2,
 # before doing anything (quickstart builds nothing);
 # ncclmpi_exec preloads the library (NCCLMPI_LIB) and says so when it is missing; test/run_mpi.sh
@@ -35,11 +35,12 @@ grep -q "unknown command 'tset'" "$err" && grep -q '^usage:' "$err" || fail "qui
 grep -q 'installing' "$out" "$err" && fail "quickstart.sh tset installs"
 bash "$q" demo extra >"$out" 2>"$err"; [ $? = 2 ] || fail "quickstart.sh demo extra: status is not 2"
 # the GPU check and the overhead benchmarks: --help prints their header and does nothing else
-for sc in tools/gpu_check.sh:Usage bench/host_overhead.sh:host_overhead.sh bench/device_overhead.sh:device_overhead.sh; do
+for sc in tools/gpu_check.sh:Usage tools/gpu_wheels.sh:gpu_wheels.sh bench/host_overhead.sh:host_overhead.sh bench/device_overhead.sh:device_overhead.sh; do
   f=${sc%%:*}; word=${sc#*:}
   bash "$s/$f" --help >"$out" 2>"$err" || fail "$f --help: status"
   grep -q "$word" "$out" && [ ! -s "$err" ] || fail "$f --help: no usage"
 done
+bash "$s/tools/gpu_wheels.sh" >"$out" 2>"$err"; [ $? = 2 ] || fail "gpu_wheels.sh without a folder: status is not 2"
 # test/run_mpi.sh NM_TEST_HOSTID_PER_RANK=1: an NCCL_HOSTID per rank, leading mpiexec options
 # (--mca NAME VALUE, flags) left to mpiexec, the program's own arguments untouched
 NM_TEST_HOSTID_PER_RANK=1 "$b/test/run_mpi.sh" 2 plain --mca btl self,vader --tag-output sh -c 'echo "id=$NCCL_HOSTID $0 $1"' x --y \
